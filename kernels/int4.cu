@@ -41,11 +41,13 @@ __global__ void __launch_bounds__(kThreads) int4_dequant_kernel(const uint32_t* 
 }  // namespace
 
 // packed: n_words int32 words (8 values each); scales: n_words*8/group_size fp16
-// or nullptr; out: 8*n_words fp16 (16-byte aligned).
+// or nullptr; out: 8*n_words fp16 (16-byte aligned). max_blocks > 0 caps the
+// grid (occupancy pacing); the grid-stride loop makes the result independent of it.
 T4_API int t4_int4_dequant(const uint32_t* packed, const half* scales, half* out, long long n_words,
-                           int group_size, cudaStream_t stream) {
+                           int group_size, int max_blocks, cudaStream_t stream) {
   if (n_words <= 0) return 0;
-  const int grid = t4::grid_for(n_words, kThreads, kUnroll);
+  int grid = t4::grid_for(n_words, kThreads, kUnroll);
+  if (max_blocks > 0 && grid > max_blocks) grid = max_blocks;
   if (scales) {
     int4_dequant_kernel<true><<<grid, kThreads, 0, stream>>>(packed, scales, reinterpret_cast<uint4*>(out),
                                                              n_words, group_size / 8);

@@ -32,23 +32,30 @@ def _validate(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int
 
 
 @torch.library.custom_op("t4lib::int4_dequant", mutates_args=())
-def _int4_dequant_cuda(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int) -> torch.Tensor:
+def _int4_dequant_cuda(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int,
+                       max_blocks: int) -> torch.Tensor:
     out = torch.empty(packed.numel() * 8, dtype=torch.float16, device=packed.device)
-    binding.int4_dequant(packed, scales, group_size, out)
+    binding.int4_dequant(packed, scales, group_size, out, max_blocks)
     return out
 
 
 @_int4_dequant_cuda.register_fake
-def _(packed, scales, group_size):
+def _(packed, scales, group_size, max_blocks):
     return packed.new_empty(packed.numel() * 8, dtype=torch.float16)
 
 
 def int4_dequant(packed: torch.Tensor, scales: torch.Tensor | None = None, group_size: int = 128,
-                 backend: str = "auto") -> torch.Tensor:
-    """Dequantize packed signed INT4 to fp16 (see module docstring)."""
+                 backend: str = "auto", max_blocks: int | None = None) -> torch.Tensor:
+    """Dequantize packed signed INT4 to fp16 (see module docstring).
+
+    ``max_blocks`` caps the CUDA grid (occupancy pacing, ``t4lib.pacing``);
+    the result does not depend on it.
+    """
     _validate(packed, scales, group_size)
+    if max_blocks is not None and (not isinstance(max_blocks, int) or max_blocks < 1):
+        raise ValueError(f"max_blocks must be a positive int or None, got {max_blocks!r}")
     if use_cuda(backend, binding.FAMILY, packed.device):
-        return _int4_dequant_cuda(packed, scales, group_size)
+        return _int4_dequant_cuda(packed, scales, group_size, max_blocks or 0)
     return reference.int4_dequant(packed, scales, group_size)
 
 
