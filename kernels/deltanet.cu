@@ -1,0 +1,262 @@
+// Gated DeltaNet decode step (qwen35 linear-attention layer), one token, batch B.
+//
+// Per value head h (H of them, head dim 128) and batch row b:
+//   conv:   y_c = SiLU(sum_j w[c, j] * x_{t-3+j}[c])            (depthwise, 4 taps)
+//   split:  q (key head kh), k (key head kh), v (value head h) from y
+//   norm:   q <- q * rsqrt(|q|^2 + 1e-6) / sqrt(128),  k <- k * rsqrt(|k|^2 + 1e-6)
+//   gates:  g = ssm_a[h] * softplus(alpha + dt_bias[h]);  decay = exp(g);  beta = sigmoid(beta_proj)
+//   state:  S' = decay S;  delta = beta (v - S'^T k);  S_new = S' + k delta^T;  o = S_new^T q
+//   gate:   out = RMSNorm(o) * ssm_norm * SiLU(z)                    (per head, eps 1e-6)
+//
+// The single-pass shortcut: S_new^T q = decay S^T q + delta (k . q), so one read
+// of S gives both column sums S^T k and S^T q, and S is read once and written
+// once (fp32). Columns of S (value index) are independent given k, which the
+// split launch exploits: grid (128 / VC, H, B), each CTA owning VC columns.
+// With more than one CTA per head the per-head RMSNorm needs every column: each
+// CTA leaves its o slice and partial sum of squares in a workspace, and the last
+// CTA to finish a head (atomic counter, reset by that CTA) writes the head's output.
+//
+// The key-head map is selectable: head_order 0 (Hugging Face) kh = h / (H / HK);
+// head_order 1 (qwen35 GGUF, value heads tiled) kh = h % HK.
+//
+// The conv state is [B, 3, C] (rows x_{t-3}, x_{t-2}, x_{t-1}) and is written
+// out of place: several CTAs read the same q/k channels, so shifting in place
+// would race. Exactly one CTA writes each channel of conv_out.
+#include "common.cuh"
+
+// t4lib:hot deltanet_decode_kernel
+
+namespace {
+
+constexpr int kDk = 128;        // key head dim (rows of S)
+constexpr int kDv = 128;        // value head dim (columns of S)
+constexpr int kRowGroups = 16;  // threads along k; each thread owns kDk / kRowGroups rows
+constexpr int kRows = kDk / kRowGroups;
+
+__device__ __forceinline__ float to_f(half x) { return __half2float(x); }
+__device__ __forceinline__ float to_f(float x) { return x; }
+template <typename T> __device__ __forceinline__ T from_f(float x);
+template <> __device__ __forceinline__ half from_f<half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ float from_f<float>(float x) { return x; }
+
+__device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
+// torch.nn.functional.softplus (beta 1, threshold 20).
+__device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+struct Params {
+  const void* qkv;        // [B, C] raw projection row (pre-conv), TX
+  const void* z;          // [B, H*128] output gate, TX
+  const void* alpha;      // [B, H] TX
+  const void* beta;       // [B, H] TX
+  const void* conv_in;    // [B, 3, C] TX
+  void* conv_out;         // [B, 3, C] TX, must not alias conv_in
+  float* state;           // [B, H, 128, 128] fp32, updated in place
+  const float* conv_w;    // [C, 4] fp32, tap 3 multiplies the current token
+  const float* ssm_a;     // [H] = -exp(A_log)
+  const float* dt_bias;   // [H]
+  const float* ssm_norm;  // [128]
+  void* out;              // [B, H*128] TO
+  float* ws_o;            // [B*H*128] split launch only
+  float* ws_ss;           // [B*H*split]
+  int* ws_cnt;            // [B*H], zero before the launch; left zero after it
+  int B, H, HK, head_order;
+  float eps;
+};
+
+// Sum over the block of three values; every thread gets the totals.
+template <int NT>
+__device__ __forceinline__ float3 block_sum3(float a, float b, float c, float (*red)[3]) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, o);
+    b += __shfl_xor_sync(0xffffffffu, b, o);
+    c += __shfl_xor_sync(0xffffffffu, c, o);
+  }
+  constexpr int kWarps = NT / 32;
+  if (kWarps == 1) return make_float3(a, b, c);
+  const int w = threadIdx.x / 32;
+  if ((threadIdx.x & 31) == 0) { red[w][0] = a; red[w][1] = b; red[w][2] = c; }
+  __syncthreads();
+  float3 r = make_float3(0.f, 0.f, 0.f);
+#pragma unroll
+  for (int i = 0; i < kWarps; ++i) { r.x += red[i][0]; r.y += red[i][1]; r.z += red[i][2]; }
+  __syncthreads();
+  return r;
+}
+
+// One CTA: batch row b = blockIdx.z, value head h = blockIdx.y, columns
+// [blockIdx.x * VC, +VC). NT = 4 * VC threads: VC/4 column groups (a float4 of
+// S each) x 16 row groups (8 rows each).
+template <int VC, typename TX, typename TO>
+__global__ void __launch_bounds__(4 * VC) deltanet_decode_kernel(const Params p) {
+  constexpr int NT = 4 * VC, CG = VC / 4, NSPLIT = kDv / VC;
+  const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x;
+  const int cg = t % CG, rg = t / CG;
+  const int ratio = p.H / p.HK;
+  const int kh = p.head_order == 0 ? h / ratio : h % p.HK;
+  const long long C = 2LL * p.HK * kDk + (long long)p.H * kDv;
+  const long long bh = (long long)b * p.H + h;
+
+  // 1. Issue the state loads first: the only DRAM-heavy traffic, independent of
+  //    everything below, so the conv/norm prologue runs under their latency.
+  //    ld.global.cs: streamed, read once (evict-first).
+  float* S = p.state + bh * kDk * kDv + j * VC + cg * 4;
+  float4 s[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(S + (rg + kRowGroups * i) * kDv));
+
+  __shared__ float sq[kDk], sk[kDk], sv[VC], sdelta[VC];
+  __shared__ __align__(16) float red_u[kRowGroups][VC];
+  __shared__ __align__(16) float red_p[kRowGroups][VC];
+  __shared__ float red3[NT / 32 > 0 ? NT / 32 : 1][3];
+  __shared__ float sgate[2];
+  __shared__ int s_last;
+
+  // 2. Causal conv (+SiLU) of the channels this CTA needs: q and k of key head
+  //    kh, v of its own columns. Exactly one CTA per channel writes conv_out.
+  const TX* x = static_cast<const TX*>(p.qkv) + b * C;
+  const TX* cin = static_cast<const TX*>(p.conv_in) + b * 3 * C;
+  TX* cout = static_cast<TX*>(p.conv_out) + b * 3 * C;
+  const bool qk_writer = j == 0 && (p.head_order == 0 ? (h % ratio == 0) : (h < p.HK));
+  for (int idx = t; idx < 2 * kDk + VC; idx += NT) {
+    long long c;
+    bool write;
+    if (idx < kDk) { c = (long long)kh * kDk + idx; write = qk_writer; }
+    else if (idx < 2 * kDk) { c = (long long)p.HK * kDk + kh * kDk + (idx - kDk); write = qk_writer; }
+    else { c = 2LL * p.HK * kDk + (long long)h * kDv + j * VC + (idx - 2 * kDk); write = true; }
+    const float4 w = __ldg(reinterpret_cast<const float4*>(p.conv_w) + c);
+    const TX x0 = cin[c], x1 = cin[C + c], x2 = cin[2 * C + c], x3 = x[c];
+    float y = w.x * to_f(x0);
+    y = fmaf(w.y, to_f(x1), y);
+    y = fmaf(w.z, to_f(x2), y);
+    y = fmaf(w.w, to_f(x3), y);
+    y = silu(y);
+    if (write) { cout[c] = x1; cout[C + c] = x2; cout[2 * C + c] = x3; }
+    if (idx < kDk) sq[idx] = y;
+    else if (idx < 2 * kDk) sk[idx - kDk] = y;
+    else sv[idx - 2 * kDk] = y;
+  }
+  if (t == 0) {
+    const float g = p.ssm_a[h] * softplus(to_f(static_cast<const TX*>(p.alpha)[bh]) + p.dt_bias[h]);
+    sgate[0] = expf(g);                                                     // decay
+    sgate[1] = 1.0f / (1.0f + expf(-to_f(static_cast<const TX*>(p.beta)[bh])));  // beta
+  }
+  __syncthreads();
+
+  // 3. L2 norms of q and k and the raw dot k.q in one block reduction.
+  float aq = 0.f, ak = 0.f, aqk = 0.f;
+  for (int i = t; i < kDk; i += NT) {
+    const float qi = sq[i], ki = sk[i];
+    aq = fmaf(qi, qi, aq); ak = fmaf(ki, ki, ak); aqk = fmaf(qi, ki, aqk);
+  }
+  const float3 sums = block_sum3<NT>(aq, ak, aqk, red3);
+  const float rq = rsqrtf(sums.x + 1e-6f) * rsqrtf(static_cast<float>(kDk));  // q scale incl. 1/sqrt(d)
+  const float rk = rsqrtf(sums.y + 1e-6f);
+  const float kq = sums.z * rq * rk;                                          // (normalized k) . (scaled q)
+  const float decay = sgate[0], beta = sgate[1];
+
+  // 4. Column sums S^T k and S^T q over this thread's rows, then over the 16 row groups.
+  float kr[kRows], qr[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) { kr[i] = sk[rg + kRowGroups * i] * rk; qr[i] = sq[rg + kRowGroups * i] * rq; }
+  float4 u = make_float4(0.f, 0.f, 0.f, 0.f), pq = u;
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    u.x = fmaf(s[i].x, kr[i], u.x); u.y = fmaf(s[i].y, kr[i], u.y);
+    u.z = fmaf(s[i].z, kr[i], u.z); u.w = fmaf(s[i].w, kr[i], u.w);
+    pq.x = fmaf(s[i].x, qr[i], pq.x); pq.y = fmaf(s[i].y, qr[i], pq.y);
+    pq.z = fmaf(s[i].z, qr[i], pq.z); pq.w = fmaf(s[i].w, qr[i], pq.w);
+  }
+  *reinterpret_cast<float4*>(&red_u[rg][cg * 4]) = u;
+  *reinterpret_cast<float4*>(&red_p[rg][cg * 4]) = pq;
+  __syncthreads();
+  float o = 0.f;
+  if (t < VC) {
+    float uu = 0.f, pp = 0.f;
+#pragma unroll
+    for (int g = 0; g < kRowGroups; ++g) { uu += red_u[g][t]; pp += red_p[g][t]; }
+    const float d = beta * (sv[t] - decay * uu);  // delta = beta (v - S'^T k), S' = decay S
+    sdelta[t] = d;
+    o = fmaf(d, kq, decay * pp);                  // o = decay S^T q + delta (k . q)
+  }
+  __syncthreads();
+
+  // 5. S_new = decay S + k delta^T, written once (st.global.cs: streamed).
+  const float4 dl = *reinterpret_cast<const float4*>(&sdelta[cg * 4]);
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    float4 n;
+    n.x = fmaf(kr[i], dl.x, decay * s[i].x); n.y = fmaf(kr[i], dl.y, decay * s[i].y);
+    n.z = fmaf(kr[i], dl.z, decay * s[i].z); n.w = fmaf(kr[i], dl.w, decay * s[i].w);
+    __stcs(reinterpret_cast<float4*>(S + (rg + kRowGroups * i) * kDv), n);
+  }
+
+  // 6. Output gate: RMSNorm over the head's 128 values * ssm_norm * SiLU(z).
+  const TX* zp = static_cast<const TX*>(p.z) + bh * kDv;
+  TO* op = static_cast<TO*>(p.out) + bh * kDv;
+  if (NSPLIT == 1) {
+    const float ss = block_sum3<NT>(t < VC ? o * o : 0.f, 0.f, 0.f, red3).x;
+    if (t < VC) {
+      const float r = rsqrtf(ss / kDv + p.eps);
+      op[t] = from_f<TO>(p.ssm_norm[t] * (o * r) * silu(to_f(zp[t])));
+    }
+    return;
+  }
+  // Split launch: publish this slice, the last CTA of the head finishes it.
+  if (t < VC) p.ws_o[bh * kDv + j * VC + t] = o;
+  const float ss = block_sum3<NT>(t < VC ? o * o : 0.f, 0.f, 0.f, red3).x;
+  if (t == 0) p.ws_ss[bh * NSPLIT + j] = ss;
+  __threadfence();  // make this CTA's slice visible device-wide before counting it
+  __syncthreads();
+  if (t == 0) s_last = atomicAdd(p.ws_cnt + bh, 1) == NSPLIT - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();  // order the counter read before the slice reads below
+  float tot = 0.f;
+#pragma unroll
+  for (int i = 0; i < NSPLIT; ++i) tot += __ldcg(p.ws_ss + bh * NSPLIT + i);  // fixed order: deterministic
+  const float r = rsqrtf(tot / kDv + p.eps);
+  for (int c = t; c < kDv; c += NT) {
+    const float oc = __ldcg(p.ws_o + bh * kDv + c);  // L2, not a stale L1 line
+    op[c] = from_f<TO>(p.ssm_norm[c] * (oc * r) * silu(to_f(zp[c])));
+  }
+  if (t == 0) p.ws_cnt[bh] = 0;  // ready for the next launch (graph replay)
+}
+
+template <int VC, typename TX, typename TO>
+int launch(const Params& p, cudaStream_t stream) {
+  const dim3 grid(kDv / VC, p.H, p.B);
+  deltanet_decode_kernel<VC, TX, TO><<<grid, 4 * VC, 0, stream>>>(p);
+  T4_RETURN_LAUNCH_STATUS();
+}
+
+template <typename TX, typename TO>
+int launch_split(const Params& p, int split, cudaStream_t stream) {
+  switch (split) {
+    case 1: return launch<128, TX, TO>(p, stream);
+    case 2: return launch<64, TX, TO>(p, stream);
+    case 4: return launch<32, TX, TO>(p, stream);
+    case 8: return launch<16, TX, TO>(p, stream);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace
+
+// split = CTAs per value head (1: one CTA per head; 2, 4, 8: split over value
+// columns). x_half / out_half select fp16 (1) or fp32 (0) activations / output.
+// Head dims are 128 (key and value); H % HK == 0.
+T4_API int t4_deltanet_decode(const void* qkv, const void* z, const void* alpha, const void* beta,
+                              const void* conv_in, void* conv_out, float* state, const float* conv_w,
+                              const float* ssm_a, const float* dt_bias, const float* ssm_norm, void* out,
+                              float* ws_o, float* ws_ss, int* ws_cnt, int B, int H, int HK, int head_order,
+                              int split, int x_half, int out_half, float eps, cudaStream_t stream) {
+  if (B <= 0 || H <= 0 || HK <= 0 || H % HK) return static_cast<int>(cudaErrorInvalidValue);
+  if (split > 1 && (!ws_o || !ws_ss || !ws_cnt)) return static_cast<int>(cudaErrorInvalidValue);
+  Params p{qkv, z, alpha, beta, conv_in, conv_out, state, conv_w, ssm_a, dt_bias, ssm_norm, out,
+           ws_o, ws_ss, ws_cnt, B, H, HK, head_order, eps};
+  if (x_half && out_half) return launch_split<half, half>(p, split, stream);
+  if (x_half) return launch_split<half, float>(p, split, stream);
+  if (out_half) return launch_split<float, half>(p, split, stream);
+  return launch_split<float, float>(p, split, stream);
+}

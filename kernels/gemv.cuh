@@ -1,0 +1,253 @@
+// One GEMV template for every quantized weight format (llama.cpp mmvq style).
+//
+//   y[m, n] = sum_k x[m, k] * W[n, k]      x: [M, K] fp16 (M = 1..8), W: [N, K] quantized, y: [M, N] fp16
+//
+// The kernel below knows nothing about a format. A format is a *trait* struct
+// with the interface documented here; a family (.cu) defines its traits and
+// calls `t4::gemv::launch<Trait>(args, max_ctas, stream)` from its launcher.
+// INT4-g{32,64,128} lives in kernels/w4a16.cu; GGUF formats plug in from
+// kernels/gguf.cu; FP8 E4M3 (W8A16) the same way.
+//
+// ---------------------------------------------------------------- trait interface
+//
+//   struct MyFormat {
+//     // K values of one row that one lane consumes per step (a "chunk").
+//     // K must be a multiple of it (the host checks before launching).
+//     static constexpr int kChunk = 32;
+//     // Registers holding one chunk of one row *as loaded* (raw bytes plus
+//     // whatever scale the chunk needs). Loading is split from computing so
+//     // the kernel can issue U x R independent loads before the first use:
+//     // sm_75 has no cp.async, so memory-level parallelism comes from many
+//     // loads in flight per thread.
+//     struct Frag { ... };
+//     // Issue the global loads of chunk `c` of row `n` (no arithmetic).
+//     __device__ static void load(Frag& f, const t4::gemv::Weights& w, int n, int c);
+//     // acc[r][m] += dot(row rows[r], chunk c, x[m, c*kChunk : (c+1)*kChunk]) for r < R, m < M,
+//     // dequantizing f[r] in registers, accumulating in fp32. `x` is the
+//     // activation base pointer, `ldx` its row stride in elements. Read each
+//     // x value once per chunk and reuse it across the R rows.
+//     template <int M, int R>
+//     __device__ static void dot(const Frag (&f)[R], const t4::gemv::Weights& w, int c,
+//                                const half* __restrict__ x, long long ldx, float (&acc)[R][M]);
+//     // Optional tuning knobs (defaults below via GemvTuning): rows per warp
+//     // and chunks in flight per lane, as a function of M.
+//   };
+//
+// `t4::gemv::Weights` carries both layouts the formats need:
+//   * separate arrays (INT4, FP8): `data` = packed weights, row n at
+//     data + n * row_bytes; `scales` = fp16 scales [N, K / group_size]
+//     (group_size == K for per-channel scales); `aux` unused or format-defined.
+//   * self-contained blocks (GGUF Q8_0, Q4_K, ...): `data` = rows of
+//     contiguous blocks (row_bytes = K / block_values * block_bytes);
+//     `scales` = nullptr; `aux` may point at lookup tables (IQ4_NL grid ...).
+//
+// Work split: a CTA is 4 warps. A warp owns a group of R consecutive rows and
+// its lanes stride over the chunks of those rows (lane l takes chunks l,
+// l+32*S, ...). When the rows alone cannot fill the GPU (few rows, long K),
+// S = 4 warps of one CTA split K of the same row group (intra-CTA split-K) and
+// reduce through shared memory in a fixed order. CTAs walk the row groups in
+// a grid-stride loop, so any grid size (max_ctas, the occupancy-pacing cap)
+// gives bit-identical results: which lane/warp computes which partial sum
+// never depends on blockIdx or gridDim. The split S depends only on the
+// shape and the SM count.
+//
+// Numerics: each trait dequantizes to fp16 in registers exactly as its
+// Python reference does, forms short fp16 partial dot products (a few
+// half2 FMAs) and accumulates them in fp32; the output is rounded once to fp16.
+#pragma once
+#include "common.cuh"
+
+namespace t4 {
+namespace gemv {
+
+// Everything a format needs to find its bytes; see the header comment.
+struct Weights {
+  const uint8_t* data;      // packed weights or quant blocks, row-major by output row
+  const half* scales;       // per-group fp16 scales [N, K / group_size] or nullptr
+  const void* aux;          // format-defined (lookup tables) or nullptr
+  long long row_bytes;      // bytes from row n to row n + 1 in `data`
+  int N, K;                 // output rows, reduction length
+  int group_size;           // values per scale (separate-scale formats), else 0
+};
+
+struct Args {
+  Weights w;
+  const half* x;            // [M, K] activations, row stride ldx elements
+  long long ldx;
+  half* y;                  // [M, N] output, row stride ldy elements
+  long long ldy;
+  int M;                    // 1..kMaxM
+};
+
+constexpr int kMaxM = 8;
+constexpr int kWarps = 4;   // warps per CTA
+constexpr int kThreads = 32 * kWarps;
+
+// Default tuning: rows per warp R and chunks in flight per lane U. More rows
+// per warp reuse each x load across rows (x traffic grows with M); U x R
+// independent loads per lane hide DRAM latency without cp.async.
+template <class F, int M>
+struct Tuning {
+  static constexpr int R = M <= 4 ? 2 : 4;
+  static constexpr int U = M <= 4 ? 4 : 2;
+};
+
+template <class F, int M, int R, int U, int S>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(Args a) {
+  static_assert(kWarps % S == 0, "split must divide the warps of a CTA");
+  constexpr int kGroupsPerCta = kWarps / S;
+  __shared__ float red[S > 1 ? S : 1][R][M];
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int ks = warp % S;                    // which K slice this warp takes
+  const int n_chunks = a.w.K / F::kChunk;
+  const int n_groups = (a.w.N + R - 1) / R;
+  const int n_tasks = (n_groups + kGroupsPerCta - 1) / kGroupsPerCta;
+
+  for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {  // uniform across the CTA
+    const int group = task * kGroupsPerCta + warp / S;
+    const int row0 = group * R;
+    // Rows past N (last group) load row N-1 and are never stored.
+    int rows[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) rows[r] = min(row0 + r, a.w.N - 1);
+    const bool live = group < n_groups;
+
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
+
+    if (live) {
+      for (int c0 = lane + 32 * ks; c0 < n_chunks; c0 += 32 * S * U) {
+        typename F::Frag f[U][R];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {         // all loads first: U x R in flight
+          const int c = c0 + u * 32 * S;
+          if (c < n_chunks) {
+#pragma unroll
+            for (int r = 0; r < R; ++r) F::load(f[u][r], a.w, rows[r], c);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          const int c = c0 + u * 32 * S;
+          if (c < n_chunks) F::template dot<M, R>(f[u], a.w, c, a.x, a.ldx, acc);
+        }
+      }
+    }
+    // Butterfly reduction over the 32 lanes: fixed order, every lane ends with the sum.
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], off);
+
+    if (S > 1) {  // intra-CTA split-K: slice partials summed in slice order 0..S-1
+      if (lane == 0) {
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+#pragma unroll
+          for (int m = 0; m < M; ++m) red[ks][r][m] = acc[r][m];
+      }
+      __syncthreads();
+      if (ks == 0 && lane < R * M) {
+        const int r = lane / M, m = lane % M;
+        float s = 0.f;
+#pragma unroll
+        for (int k = 0; k < S; ++k) s += red[k][r][m];
+        const int n = row0 + r;
+        if (live && n < a.w.N && m < a.M) a.y[m * a.ldy + n] = __float2half_rn(s);
+      }
+      __syncthreads();  // red is reused by the next task
+    } else if (live && lane < R * M) {
+      const int r = lane / M, m = lane % M;
+      float s = 0.f;
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr)          // select acc[r][m] without dynamic register indexing
+#pragma unroll
+        for (int mm = 0; mm < M; ++mm) s = (rr == r && mm == m) ? acc[rr][mm] : s;
+      const int n = row0 + r;
+      if (n < a.w.N && m < a.M) a.y[m * a.ldy + n] = __float2half_rn(s);
+    }
+  }
+}
+
+// S > 1 path above indexes acc via red[] written by lane 0 (registers, static indices only).
+
+// Split chosen from the shape and SM count only (never from max_ctas).
+inline int choose_split(int n_groups, int n_chunks, int sms) {
+  const int warps_wanted = sms * 16;         // half of an SM's 32 resident warps at 128 threads x 64 regs
+  if (n_groups >= warps_wanted) return 1;
+  if (n_chunks < 4 * 32) return 1;           // a K slice would leave lanes idle
+  return 4;
+}
+
+template <class F, int M, int S>
+inline int launch_ms(const Args& a, int max_ctas, cudaStream_t stream) {
+  using T = Tuning<F, M>;
+  constexpr int R = T::R, U = T::U;
+  const int n_groups = (a.w.N + R - 1) / R;
+  const int n_tasks = (n_groups + kWarps / S - 1) / (kWarps / S);
+  int dev = 0, sms = 1, per_sm = 1;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_kernel<F, M, R, U, S>, kThreads, 0);
+  if (per_sm < 1) per_sm = 1;
+  int grid = n_tasks < sms * per_sm ? n_tasks : sms * per_sm;  // persistent: at most one resident wave
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  if (grid < 1) grid = 1;
+  gemv_kernel<F, M, R, U, S><<<grid, kThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+template <class F, int M>
+inline int launch_m(const Args& a, int max_ctas, cudaStream_t stream) {
+  using T = Tuning<F, M>;
+  int dev = 0, sms = 1;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  const int split = choose_split((a.w.N + T::R - 1) / T::R, a.w.K / F::kChunk, sms);
+  return split == 1 ? launch_ms<F, M, 1>(a, max_ctas, stream) : launch_ms<F, M, 4>(a, max_ctas, stream);
+}
+
+// Host switch from the runtime M to the template. Returns a cudaError_t as int
+// (cudaErrorInvalidValue for M outside 1..kMaxM or K not a multiple of kChunk).
+template <class F>
+inline int launch(const Args& a, int max_ctas, cudaStream_t stream) {
+  if (a.w.N <= 0 || a.M <= 0) return 0;
+  if (a.M > kMaxM || a.w.K <= 0 || a.w.K % F::kChunk) return static_cast<int>(cudaErrorInvalidValue);
+  switch (a.M) {
+    case 1: return launch_m<F, 1>(a, max_ctas, stream);
+    case 2: return launch_m<F, 2>(a, max_ctas, stream);
+    case 3: return launch_m<F, 3>(a, max_ctas, stream);
+    case 4: return launch_m<F, 4>(a, max_ctas, stream);
+    case 5: return launch_m<F, 5>(a, max_ctas, stream);
+    case 6: return launch_m<F, 6>(a, max_ctas, stream);
+    case 7: return launch_m<F, 7>(a, max_ctas, stream);
+    default: return launch_m<F, 8>(a, max_ctas, stream);
+  }
+}
+
+// ---------------------------------------------------------------- shared trait helpers
+
+// 16-byte read-only load (the unit every trait should use for weights).
+__device__ __forceinline__ uint4 ldg16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+// acc += dot(w[0..7], x[0..7]) for 8 fp16 weights (4 half2) against 8 fp16
+// activations (one uint4): 4 chained half2 FMAs, then the two lanes of the
+// half2 partial are widened and added in fp32. Worst-case rounding: the fp16
+// products and 3 fp16 additions, i.e. <= 4 * 2^-11 of sum |w x| per 8 values.
+__device__ __forceinline__ float dot8(const half2 (&w)[4], uint4 xv, float acc) {
+  half2 p = __hmul2(w[0], as_half2(xv.x));
+  p = __hfma2(w[1], as_half2(xv.y), p);
+  p = __hfma2(w[2], as_half2(xv.z), p);
+  p = __hfma2(w[3], as_half2(xv.w), p);
+  const float2 f = __half22float2(p);
+  return acc + (f.x + f.y);
+}
+
+}  // namespace gemv
+}  // namespace t4

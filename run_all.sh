@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# bash run_all.sh          install what is missing, run every notebook with papermill into results/<device>/
+# bash run_all.sh test     install what is missing, run the whole test suite (unit, compile checks, nbval, ledger)
+# PROFILE=auto|cpu|gpu|t4|kaggle-2xt4 is passed to every notebook (default auto).
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+MODE=${1:-run}
+PROFILE=${PROFILE:-auto}
+
+install() {
+  # Keep an existing torch (Colab's, Kaggle's); otherwise take the pinned CPU build.
+  "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q torch==2.13.0
+  "$PY" -m pip install -q -e ".[notebooks,train,gguf,dev]"
+  "$PY" -m ipykernel install --user --name python3 >/dev/null
+}
+
+run_tests() {
+  local rc=0
+  "$PY" -m pytest -q -p no:cacheprovider tests || rc=$?
+  "$PY" -m pytest -q -p no:cacheprovider --nbval notebooks/[0-9][0-9]_*.ipynb \
+      --nbval-sanitize-with notebooks/sanitize.cfg || rc=$((rc ? rc : $?))
+  return $rc
+}
+
+run_notebooks() {
+  local slug out
+  slug=$("$PY" -c "from t4lib import hw; print(hw.device_slug())")
+  out=results/$slug
+  mkdir -p "$out"
+  local failed=()
+  for nb in notebooks/[0-9][0-9]_*.ipynb; do
+    echo "== $nb (PROFILE=$PROFILE)"
+    if ! papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
+         "$nb" "$out/$(basename "$nb")"; then
+      failed+=("$nb")
+    fi
+  done
+  "$PY" -m t4lib report --out results/README.md >/dev/null
+  echo
+  echo "Executed notebooks and metrics: $out/   (figure table: results/README.md)"
+  "$PY" -m t4lib report | grep -F "| $slug" | head -50 || true
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "FAILED notebooks: ${failed[*]}" >&2
+    return 1
+  fi
+}
+
+case "$MODE" in
+  test) install; run_tests ;;
+  run) install; run_notebooks ;;
+  *) echo "usage: bash run_all.sh [test]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,122 @@
+"""Command line: ``t4lib info | build | verify | bench | report`` (or ``python -m t4lib``)."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import traceback
+from pathlib import Path
+
+# Benchmark modules, each with run(out_dir) -> list of figures.
+BENCHES = {
+    "int4": "t4lib.ops.int4.bench",
+    "bitlevel": "t4lib.ops.bitlevel_bench",
+    "w4a16": "t4lib.ops.w4a16.bench",
+    "deltanet": "t4lib.ops.deltanet.bench",
+    "contract": "t4lib.contract.bench",
+}
+
+
+def _info(args) -> int:
+    from . import _build, hw, telemetry
+
+    info = dict(hw.device_info())
+    try:
+        info["nvcc"] = _build.find_nvcc()
+    except _build.BuildError as e:
+        info["nvcc"] = str(e)
+    info["kernel_families"] = _build.families()
+    info["telemetry"] = telemetry.snapshot()
+    print(json.dumps(info, indent=1, default=str))
+    return 0
+
+
+def _build_cmd(args) -> int:
+    from . import _build
+
+    fams = args.families or _build.families()
+    rows, failed = [], []
+    for fam in fams:
+        try:
+            print(f"{fam}: {_build.build(fam, force=args.force)}")
+            if args.report:
+                rows += _build.resource_report(fam)
+        except _build.BuildError as e:
+            print(f"{fam}: FAILED\n{e}", file=sys.stderr)
+            failed.append(fam)
+    if rows:
+        print(_build.format_report(rows))
+    return 1 if failed else 0
+
+
+def _verify(args) -> int:
+    from . import verify
+
+    entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench)
+    print(json.dumps({"device": entry["device"], "sources_sha256": entry["sources_sha256"],
+                      "checks": entry["checks"], "gpu_tests": entry["gpu_tests"]["counts"],
+                      "passed": entry["passed"]}, indent=1))
+    if not entry["passed"]:
+        print(entry["gpu_tests"]["tail"], file=sys.stderr)
+    return 0 if entry["passed"] else 1
+
+
+def _bench(args) -> int:
+    from . import hw, results
+
+    out = Path(args.out) if args.out else results.results_dir() / hw.device_slug()
+    names = args.names or list(BENCHES)
+    status = 0
+    for name in names:
+        if name not in BENCHES:
+            print(f"unknown benchmark {name!r}; known: {list(BENCHES)}", file=sys.stderr)
+            return 2
+        try:
+            figs = importlib.import_module(BENCHES[name]).run(out)
+            print(f"== {name}: {len(figs)} figures -> {out}")
+            for f in figs:
+                v = f["value"]
+                print(f"  {f['name']:<60} {v:>12.4g} {f['unit']:<9} {f['tag']}" if isinstance(v, float)
+                      else f"  {f['name']:<60} {v!s:>12} {f['unit']:<9} {f['tag']}")
+        except Exception:
+            status = 1
+            print(f"== {name}: FAILED", file=sys.stderr)
+            traceback.print_exc()
+    return status
+
+
+def _report(args) -> int:
+    from . import results
+
+    text = results.report()
+    if args.out:
+        Path(args.out).write_text("# Results\n\nEvery figure under `results/`, with its tag and device.\n\n" + text)
+        print(f"wrote {args.out}")
+    else:
+        print(text)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="t4lib", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="device, driver, versions, kernel families, a telemetry reading")
+    b = sub.add_parser("build", help="build kernel libraries ahead of use")
+    b.add_argument("families", nargs="*")
+    b.add_argument("--force", action="store_true")
+    b.add_argument("--report", action="store_true", help="print the -Xptxas -v resource table")
+    v = sub.add_parser("verify", help="GPU tests, KATs, short bench -> results/verification/<device>.json")
+    v.add_argument("--sanitize", action="store_true", help="also run the GPU tests under compute-sanitizer")
+    v.add_argument("--no-bench", action="store_true")
+    be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
+    be.add_argument("names", nargs="*")
+    be.add_argument("--out")
+    r = sub.add_parser("report", help="Markdown table of every figure under results/")
+    r.add_argument("--out")
+    args = p.parse_args(argv)
+    return {"info": _info, "build": _build_cmd, "verify": _verify, "bench": _bench, "report": _report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""GPU verification ledger.
+
+CI has no GPU, so GPU correctness is recorded rather than assumed:
+``python -m t4lib verify`` (on a machine with a GPU) builds every kernel
+family, runs the GPU tests (pytest ``-m gpu``), the known-answer suites and a
+short benchmark pass, optionally the same tests under compute-sanitizer, and
+writes ``results/verification/<device-slug>.json`` with the sha256 of every
+kernel and binding source it tested. ``check_ledger`` (a CI test) fails when no
+passing entry matches the current sources.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from . import _build, hw, results
+
+REPO = Path(__file__).resolve().parent.parent
+SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
+
+
+def ledger_sources() -> list[Path]:
+    """Kernel sources, the build recipe and every ctypes binding."""
+    files = sorted((REPO / "kernels").rglob("*.cu")) + sorted((REPO / "kernels").rglob("*.cuh"))
+    files += [REPO / "t4lib" / "_build.py"] + sorted((REPO / "t4lib").rglob("binding.py"))
+    return files
+
+
+def source_hashes() -> dict[str, str]:
+    return {str(p.relative_to(REPO)): hashlib.sha256(p.read_bytes()).hexdigest() for p in ledger_sources()}
+
+
+def combined_hash(hashes: dict[str, str]) -> str:
+    h = hashlib.sha256()
+    for k in sorted(hashes):
+        h.update(f"{k}:{hashes[k]}\n".encode())
+    return h.hexdigest()
+
+
+def ledger_dir() -> Path:
+    return results.results_dir() / "verification"
+
+
+def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeout: int = 1800) -> dict:
+    cmd = [*(prefix or []), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+           f"--junitxml={junit}", *args]
+    t0 = time.time()
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    out = {"cmd": " ".join(cmd), "returncode": proc.returncode, "seconds": round(time.time() - t0, 1),
+           "tail": (proc.stdout + proc.stderr)[-4000:], "tests": {}}
+    if junit.exists():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            nodeid = f"{case.get('classname')}::{case.get('name')}"
+            outcome = "passed"
+            for tag in ("failure", "error", "skipped"):
+                if case.find(tag) is not None:
+                    outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+            out["tests"][nodeid] = outcome
+    return out
+
+
+def run(sanitize: bool = False, bench: bool = True, out: Path | None = None) -> dict:
+    """Run the whole verification on the current GPU and write the ledger entry."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("t4lib verify needs a CUDA GPU; CI relies on the committed ledger instead")
+    info = hw.device_info()
+    entry: dict = {"when": results.now(), "device": info["name"], "capability": list(info["capability"]),
+                   "driver": info["driver"], "torch": info["torch"], "cuda_runtime": info["cuda_runtime"],
+                   "nvcc_flags": _build.NVCC_FLAGS, "sources": source_hashes()}
+    entry["sources_sha256"] = combined_hash(entry["sources"])
+    checks: dict[str, bool] = {}
+
+    # 1. every family builds for sm_75 with no spills in hot kernels
+    builds = {}
+    for fam in _build.families():
+        try:
+            _build.build(fam)
+            rows = _build.resource_report(fam)
+            bad = [r["kernel"] for r in rows if r["hot"] and (r["spill_stores"] or r["spill_loads"])
+                   or r["smem"] > _build.SMEM_LIMIT]
+            builds[fam] = {"ok": not bad, "violations": bad, "kernels": len(rows)}
+        except _build.BuildError as e:
+            builds[fam] = {"ok": False, "error": str(e)[-2000:]}
+    entry["builds"] = builds
+    checks["builds"] = all(b["ok"] for b in builds.values())
+
+    # 2. GPU tests
+    with tempfile.TemporaryDirectory() as tmp:
+        entry["gpu_tests"] = _pytest(["-m", "gpu", "tests"], Path(tmp) / "gpu.xml")
+    outcomes = list(entry["gpu_tests"]["tests"].values())
+    entry["gpu_tests"]["counts"] = {k: outcomes.count(k) for k in ("passed", "failed", "error", "skipped")}
+    checks["gpu_tests"] = bool(outcomes) and entry["gpu_tests"]["counts"]["passed"] > 0 and not (
+        entry["gpu_tests"]["counts"]["failed"] or entry["gpu_tests"]["counts"]["error"])
+
+    # 3. known-answer suites on the CUDA backend
+    try:
+        from . import kat
+
+        rows = kat.run_all("cuda")
+        entry["kat"] = rows
+        checks["kat"] = bool(rows) and all(r["passed"] for r in rows)
+    except ImportError:
+        entry["kat"] = "t4lib.kat not present"
+
+    # 4. sanitizers over the GPU tests
+    if sanitize:
+        entry["sanitizers"] = {}
+        for tool in SANITIZER_TOOLS:
+            with tempfile.TemporaryDirectory() as tmp:
+                r = _pytest(["-m", "gpu and not slow", "tests", "-x"], Path(tmp) / f"{tool}.xml",
+                            prefix=["compute-sanitizer", "--tool", tool, "--error-exitcode", "86",
+                                    "--target-processes", "all"])
+            m = re.findall(r"ERROR SUMMARY: (\d+) error", r["tail"])
+            r["errors"] = sum(map(int, m)) if m else None
+            r.pop("tests")
+            entry["sanitizers"][tool] = r
+            checks[f"sanitizer_{tool}"] = r["returncode"] == 0 and r["errors"] == 0
+    # 5. a short benchmark pass (its figures land in results/<slug>/)
+    if bench:
+        from .ops.int4 import bench as int4_bench
+
+        try:
+            figs = int4_bench.run(results.results_dir() / info["slug"], quick=True)
+            entry["bench"] = {f["name"]: f["value"] for f in figs}
+            checks["bench"] = True
+        except Exception as e:  # a benchmark failure is recorded, not hidden
+            entry["bench"] = f"{type(e).__name__}: {e}"
+            checks["bench"] = False
+    entry["checks"] = checks
+    entry["passed"] = all(checks.values())
+    out = out or ledger_dir() / f"{info['slug']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(entry, indent=1) + "\n")
+    return entry
+
+
+def check_ledger() -> tuple[bool, str]:
+    """(ok, why): is there a passing ledger entry for the current sources?"""
+    current = combined_hash(source_hashes())
+    seen = []
+    for p in sorted(ledger_dir().glob("*.json")) if ledger_dir().is_dir() else []:
+        e = json.loads(p.read_text())
+        seen.append(f"{p.name}: sources {e.get('sources_sha256', '?')[:12]} passed={e.get('passed')}")
+        if e.get("sources_sha256") == current and e.get("passed") is True:
+            return True, f"{p.name} verifies sources {current[:12]} on {e.get('device')}"
+    stale = sorted(set(source_hashes().items()) - {(k, v) for p in ledger_dir().glob("*.json")
+                                                   for k, v in json.loads(p.read_text()).get("sources", {}).items()}) \
+        if ledger_dir().is_dir() else []
+    return False, (f"no passing GPU verification for kernel/binding sources {current[:12]}; run "
+                   f"'python -m t4lib verify' on a GPU and commit results/verification/. Entries: {seen or 'none'}; "
+                   f"changed since any entry: {[k for k, _ in stale]}")

@@ -1,0 +1,55 @@
+"""Every results JSON under results/ follows the schema; the ledger matches the kernel sources."""
+import json
+from pathlib import Path
+
+import pytest
+
+from t4lib import results, verify
+
+ROOT = Path(__file__).resolve().parent.parent / "results"
+FILES = [p for p in sorted(ROOT.rglob("*.json")) if "verification" not in p.parts
+         and isinstance(json.loads(p.read_text()), dict) and "figures" in json.loads(p.read_text())]
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+def test_results_file_schema(path):
+    results.validate_file(path)
+
+
+def test_figure_builder_rules():
+    f = results.figure("x", 1.5, "us", "ESTIMATED", "test", note="model")
+    results.validate({"schema": 1, "figures": [f]})
+    with pytest.raises(ValueError, match="needs a note"):
+        results.figure("x", 1.0, "us", "ARITHMETIC", "test")
+    with pytest.raises(ValueError, match="tag must be one of"):
+        results.figure("x", 1.0, "us", "GUESSED", "test", note="n")
+    bad = dict(f, tag="MEASURED", device="n/a")
+    with pytest.raises(ValueError, match="MEASURED figure without a device"):
+        results.validate({"schema": 1, "figures": [bad]})
+    with pytest.raises(ValueError, match="missing"):
+        results.validate({"schema": 1, "figures": [{"name": "y"}]})
+    with pytest.raises(ValueError, match="not finite"):
+        results.validate({"schema": 1, "figures": [dict(f, value=float("nan"))]})
+
+
+def test_write_validates(tmp_path):
+    with pytest.raises(ValueError):
+        results.write(tmp_path / "r.json", [{"name": "bad"}])
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_report_lists_figures(tmp_path):
+    results.write(tmp_path / "dev" / "a.json", [results.figure("k/t4", 2.0, "us", "ESTIMATED", "s", note="m")])
+    text = results.report(tmp_path)
+    assert "| k/t4 | 2 | us | ESTIMATED |" in text
+
+
+def test_gpu_verification_ledger_matches_kernel_sources():
+    ok, why = verify.check_ledger()
+    assert ok, why
+
+
+def test_ledger_hash_covers_kernels_and_bindings():
+    names = set(verify.source_hashes())
+    assert "kernels/common.cuh" in names and "t4lib/_build.py" in names
+    assert "t4lib/ops/int4/binding.py" in names and "kernels/int4.cu" in names
