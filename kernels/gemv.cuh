@@ -86,14 +86,16 @@ constexpr int kThreads = 32 * kWarps;
 // Default tuning: rows per warp R and chunks in flight per lane U. More rows
 // per warp reuse each x load across rows (x traffic grows with M); U x R
 // independent loads per lane hide DRAM latency without cp.async.
+// kMinBlocks feeds __launch_bounds__: 8 CTAs (32 warps) per SM caps registers at 64.
 template <class F, int M>
 struct Tuning {
-  static constexpr int R = M <= 4 ? 2 : 4;
-  static constexpr int U = M <= 4 ? 4 : 2;
+  static constexpr int R = 2;
+  static constexpr int U = M == 1 ? 4 : 2;
+  static constexpr int kMinBlocks = M <= 2 ? 8 : (M <= 4 ? 5 : 4);
 };
 
 template <class F, int M, int R, int U, int S>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kernel(Args a) {
   static_assert(kWarps % S == 0, "split must divide the warps of a CTA");
   constexpr int kGroupsPerCta = kWarps / S;
   __shared__ float red[S > 1 ? S : 1][R][M];
@@ -174,8 +176,6 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(Args a) {
     }
   }
 }
-
-// S > 1 path above indexes acc via red[] written by lane 0 (registers, static indices only).
 
 // Split chosen from the shape and SM count only (never from max_ctas).
 inline int choose_split(int n_groups, int n_chunks, int sms) {
