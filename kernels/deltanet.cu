@@ -88,7 +88,7 @@ __device__ __forceinline__ float3 block_sum3(float a, float b, float c, float (*
 // [blockIdx.x * VC, +VC). NT = 4 * VC threads: VC/4 column groups (a float4 of
 // S each) x 16 row groups (8 rows each).
 template <int VC, typename TX, typename TO>
-__global__ void __launch_bounds__(4 * VC) deltanet_decode_kernel(const Params p) {
+__global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params p) {
   constexpr int NT = 4 * VC, CG = VC / 4, NSPLIT = kDv / VC;
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x;
   const int cg = t % CG, rg = t / CG;
