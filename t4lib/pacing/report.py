@@ -97,11 +97,12 @@ def to_figures(sweep: dict, source: str = SOURCE) -> list[dict]:
             try:
                 d = controller.choose(sweep, name, b)
             except ValueError as ex:
-                figs.append(results.figure(f"pacing/{name}/{label}/decision", "none", "", "ARITHMETIC", source,
-                                           env={**base_env, "clocks": limit, "throttle": []}, note=str(ex)))
+                figs.append(results.figure(f"pacing/{name}/{label}/chosen_cap", 0.0, "fraction of max warps (0: none)",
+                                           "ARITHMETIC", source, env={**base_env, "clocks": limit, "throttle": []},
+                                           note=f"controller not applicable, budget {b:.1f} W: {ex}", budget_w=b))
                 continue
             figs.append(results.figure(
-                f"pacing/{name}/{label}/chosen_cap", d.cap if d.cap is not None else "none", "fraction of max warps",
+                f"pacing/{name}/{label}/chosen_cap", d.cap if d.cap is not None else 0.0, "fraction of max warps (0: none)",
                 "ARITHMETIC", source, env={**base_env, "clocks": limit, "throttle": []},
                 note=f"controller on this sweep, budget {b:.1f} W: {d.reason}", budget_w=b,
                 frac_of_unpaced=d.frac_of_unpaced, power_avg_w=d.power_avg_w))
