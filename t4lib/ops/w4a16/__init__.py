@@ -1,0 +1,103 @@
+"""W4A16 GEMV/GEMM: fp16 activations times INT4 per-group-scaled weights.
+
+``gemv(x, w)``: ``x [M, K] fp16`` with ``M = 1..8`` (decode), ``w`` a
+:class:`t4lib.quant.w4a16.QuantizedWeight` ``[N, K]`` -> ``y [M, N] fp16``,
+``y = x @ W_deq^T`` accumulated in fp32. One templated kernel
+(kernels/gemv.cuh) reads each weight byte once with 16-byte loads and
+dequantizes in registers.
+
+``gemm(x, w)``: any M (prefill), WMMA m16n16k16 tensor cores on weight tiles
+dequantized into shared memory, fp32 accumulation.
+
+``max_ctas`` caps the CUDA grid (occupancy pacing); every kernel is
+grid-stride, so the result is bit-identical for any cap. The reference path
+ignores it. Semantics and the kernels' error bound: :mod:`.reference`.
+"""
+from __future__ import annotations
+
+import torch
+
+from ...quant.w4a16 import QuantizedWeight
+from .._dispatch import check, use_cuda
+from . import binding, reference
+
+__all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M"]
+
+GEMV_MAX_M = 8
+
+
+def _validate(x, w, max_ctas, gemv_range: bool) -> torch.Tensor:
+    if not isinstance(w, QuantizedWeight):
+        raise TypeError(f"w must be a t4lib.quant.w4a16.QuantizedWeight, got {type(w).__name__}")
+    w.validate()
+    check("x", x, dtype=torch.float16, ndim=2, contiguous=False)
+    M, K = x.shape
+    if K != w.K:
+        raise ValueError(f"x has K={K} columns but w was quantized with K={w.K} (in_features)")
+    if gemv_range and not 1 <= M <= GEMV_MAX_M:
+        raise ValueError(f"gemv takes M = 1..{GEMV_MAX_M} rows of x, got M={M}; use gemm for larger M")
+    if x.device != w.device:
+        raise ValueError(f"x is on {x.device} but w is on {w.device}")
+    if max_ctas is not None and (not isinstance(max_ctas, int) or isinstance(max_ctas, bool) or max_ctas < 1):
+        raise ValueError(f"max_ctas must be a positive int or None, got {max_ctas!r}")
+    x = x.contiguous()
+    if x.is_cuda and x.data_ptr() % 16:  # the kernels read x with 16-byte loads
+        x = x.clone()
+    return x
+
+
+def _check_cuda_weight(w: QuantizedWeight) -> None:
+    check("w.qweight", w.qweight, contiguous=True, align=16)
+    check("w.scales", w.scales, contiguous=True)
+
+
+@torch.library.custom_op("t4lib::w4a16_gemv", mutates_args=())
+def _gemv_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
+               max_ctas: int) -> torch.Tensor:
+    out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
+    binding.gemv(x, qweight, scales, group_size, out, max_ctas)
+    return out
+
+
+@_gemv_cuda.register_fake
+def _(x, qweight, scales, group_size, max_ctas):
+    return x.new_empty(x.shape[0], qweight.shape[0])
+
+
+@torch.library.custom_op("t4lib::w4a16_gemm", mutates_args=())
+def _gemm_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
+               max_ctas: int) -> torch.Tensor:
+    out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
+    if x.shape[0] > 0:
+        binding.gemm(x, qweight, scales, group_size, out, max_ctas)
+    return out
+
+
+@_gemm_cuda.register_fake
+def _(x, qweight, scales, group_size, max_ctas):
+    return x.new_empty(x.shape[0], qweight.shape[0])
+
+
+def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
+    """[M, K] fp16 (M = 1..8) @ W_deq[N, K]^T -> [M, N] fp16 (see module docstring)."""
+    x = _validate(x, w, max_ctas, gemv_range=True)
+    if use_cuda(backend, binding.FAMILY, x.device):
+        _check_cuda_weight(w)
+        return _gemv_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
+    return reference.gemv(x, w)
+
+
+def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
+    """[M, K] fp16 (any M) @ W_deq[N, K]^T -> [M, N] fp16 on tensor cores (see module docstring)."""
+    x = _validate(x, w, max_ctas, gemv_range=False)
+    if use_cuda(backend, binding.FAMILY, x.device):
+        _check_cuda_weight(w)
+        return _gemm_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
+    return reference.gemm(x, w)
+
+
+def matmul(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
+    """GEMV for M <= 8, GEMM above: what QuantLinear calls."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and 1 <= x.shape[0] <= GEMV_MAX_M:
+        return gemv(x, w, max_ctas=max_ctas, backend=backend)
+    return gemm(x, w, max_ctas=max_ctas, backend=backend)

@@ -1,0 +1,55 @@
+"""ctypes binding of kernels/w4a16.cu (validated tensors in, launch on the current stream)."""
+from __future__ import annotations
+
+import ctypes
+import functools
+
+import torch
+
+from ... import _build
+from .._dispatch import ptr, stream
+
+FAMILY = "w4a16"
+_P, _I = ctypes.c_void_p, ctypes.c_int
+
+
+@functools.lru_cache(maxsize=None)
+def _lib() -> ctypes.CDLL:
+    lib = _build.load(FAMILY)
+    lib.t4_w4a16_gemv.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_gemv.restype = _I
+    lib.t4_w4a16_gemm_splits.argtypes = [_I, _I, _I]
+    lib.t4_w4a16_gemm_splits.restype = _I
+    lib.t4_w4a16_gemm.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_gemm.restype = _I
+    return lib
+
+
+def gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int, out: torch.Tensor,
+         max_ctas: int = 0) -> None:
+    """out [M, N] = x [M, K] @ W_deq^T, M = 1..8."""
+    lib = _lib()
+    M, K = x.shape
+    N = qweight.shape[0]
+    st = lib.t4_w4a16_gemv(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
+                           stream(x.device))
+    _build.check_status(lib, st, "t4_w4a16_gemv")
+
+
+@functools.lru_cache(maxsize=4096)
+def gemm_splits(M: int, N: int, K: int, device_index: int) -> int:
+    with torch.cuda.device(device_index):
+        return int(_lib().t4_w4a16_gemm_splits(M, N, K))
+
+
+def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int, out: torch.Tensor,
+         max_ctas: int = 0) -> None:
+    """out [M, N] = x [M, K] @ W_deq^T, any M (WMMA; split-K partials in an fp32 workspace)."""
+    lib = _lib()
+    M, K = x.shape
+    N = qweight.shape[0]
+    splits = gemm_splits(M, N, K, x.device.index if x.device.index is not None else torch.cuda.current_device())
+    ws = torch.empty(splits * M * N, dtype=torch.float32, device=x.device) if splits > 1 else None
+    st = lib.t4_w4a16_gemm(ptr(qweight), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, splits,
+                           max_ctas, stream(x.device))
+    _build.check_status(lib, st, "t4_w4a16_gemm")

@@ -1,0 +1,88 @@
+"""``QuantLinear``: a drop-in ``nn.Linear`` replacement holding a W4A16 weight."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .w4a16 import QuantizedWeight, check_group_size
+
+
+class QuantLinear(nn.Module):
+    """``y = x @ W_deq^T + b`` with ``W`` in the W4A16 format.
+
+    Buffers: ``qweight [out, in/8] int32``, ``scales [out, in/group_size] fp16``,
+    optional ``bias [out] fp16``. ``x [..., in]``: rows are flattened to
+    ``[M, in]``; M <= 8 runs the GEMV kernel, larger M the WMMA GEMM (on CUDA),
+    the PyTorch reference elsewhere. On CUDA the computation is in fp16 (other
+    input dtypes are cast and the result cast back); ``max_ctas`` (attribute)
+    caps the kernels' grids for occupancy pacing.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, group_size: int = 128,
+                 device=None):
+        super().__init__()
+        check_group_size(group_size, in_features)
+        self.in_features, self.out_features, self.group_size = in_features, out_features, group_size
+        self.register_buffer("qweight", torch.zeros(out_features, in_features // 8, dtype=torch.int32, device=device))
+        self.register_buffer("scales", torch.ones(out_features, in_features // group_size, dtype=torch.float16,
+                                                  device=device))
+        if bias:
+            self.register_buffer("bias", torch.zeros(out_features, dtype=torch.float16, device=device))
+        else:
+            self.bias = None
+        self.max_ctas: int | None = None
+        self.backend = "auto"
+
+    @classmethod
+    def from_quantized(cls, qw: QuantizedWeight, bias: torch.Tensor | None = None) -> "QuantLinear":
+        m = cls(qw.K, qw.N, bias is not None, qw.group_size, device=qw.device)
+        m.qweight.copy_(qw.qweight)
+        m.scales.copy_(qw.scales)
+        if bias is not None:
+            m.bias.copy_(bias.detach().to(torch.float16))
+        return m
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear, group_size: int = 128, method: str = "rtn",
+                    hessian: torch.Tensor | None = None) -> "QuantLinear":
+        from .w4a16 import quantize_gptq, quantize_rtn
+
+        if not isinstance(linear, nn.Linear):
+            raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
+        if method == "rtn":
+            qw = quantize_rtn(linear.weight, group_size)
+        elif method == "gptq":
+            if hessian is None:
+                raise ValueError("method='gptq' needs the input hessian (calibration data)")
+            qw = quantize_gptq(linear.weight, hessian, group_size)
+        else:
+            raise ValueError(f"method must be 'rtn' or 'gptq', got {method!r}")
+        return cls.from_quantized(qw, linear.bias)
+
+    @property
+    def weight_q(self) -> QuantizedWeight:
+        return QuantizedWeight(self.qweight, self.scales, self.out_features, self.in_features, self.group_size)
+
+    def dequantize(self) -> torch.Tensor:
+        return self.weight_q.dequantize()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from ..ops import w4a16 as ops
+
+        if x.shape[-1] != self.in_features:
+            raise ValueError(f"x has {x.shape[-1]} features, QuantLinear expects in_features={self.in_features}")
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.in_features)
+        w = self.weight_q
+        if x.is_cuda or x.dtype == torch.float16:
+            y = ops.matmul(x2.to(torch.float16), w, max_ctas=self.max_ctas, backend=self.backend).to(x.dtype)
+        else:  # CPU in fp32/bf16: the reference in the input dtype
+            from ..ops.w4a16 import reference
+            y = reference.matmul(x2, w)
+        if self.bias is not None:
+            y = y + self.bias.to(y.dtype)
+        return y.reshape(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, group_size={self.group_size}")

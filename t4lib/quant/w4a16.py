@@ -1,0 +1,221 @@
+"""W4A16 weight format: symmetric signed INT4 with fp16 per-group scales along K.
+
+A weight ``W [N, K]`` (N outputs, K inputs) is stored as
+
+* ``qweight [N, K/8] int32``: word ``(n, j)`` holds ``q[n, 8j .. 8j+7]`` in the
+  LOP3 nibble order of :mod:`t4lib.ops.int4.reference` (values v0..v7 in
+  nibble slots 0, 4, 1, 5, 2, 6, 3, 7), so the kernels turn a word into four
+  fp16 pairs with four ``lop3`` + four ``hsub2``;
+* ``scales [N, K/group_size] fp16``.
+
+``W_deq[n, k] = fp16(q[n, k] * scales[n, k // group_size])``, ``q`` in [-8, 7].
+``group_size`` is 128 (default), 64 or 32; K must be a multiple of it (a clear
+``ValueError`` otherwise: pad the layer or keep it fp16 in the policy).
+
+Quantizers:
+
+* :func:`quantize_rtn` -- round to nearest: ``s = absmax(group) / 7.5``
+  (so ``-absmax -> -8`` and ``+absmax -> 7`` with error at most ``s/2``).
+* :func:`quantize_gptq` -- GPTQ (Frantar et al., 2022): quantizes columns in
+  order and spreads each column's rounding error over the not yet quantized
+  columns through the inverse Hessian ``H = 2 X^T X`` of calibration inputs
+  ``X``, with per-group scales chosen when a group starts. The output is the
+  same format, so every kernel and :class:`~t4lib.quant.QuantLinear` take it
+  unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..ops.int4 import reference as int4_ref
+
+GROUP_SIZES = (32, 64, 128)
+QMIN, QMAX = -8, 7
+_RTN_DIV = 7.5
+
+
+def check_group_size(group_size, K: int | None = None) -> None:
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+    if K is not None and K % group_size:
+        raise ValueError(f"K={K} (in_features) is not a multiple of group_size={group_size}: pad the layer "
+                         f"to a multiple of {group_size} or keep it fp16 in the quantization policy")
+
+
+@dataclass
+class QuantizedWeight:
+    """Packed W4A16 weight (see module docstring). ``N``, ``K``: output and input features."""
+
+    qweight: torch.Tensor   # [N, K/8] int32
+    scales: torch.Tensor    # [N, K/group_size] fp16
+    N: int
+    K: int
+    group_size: int = 128
+
+    def __post_init__(self):
+        self.validate()
+
+    def validate(self) -> None:
+        check_group_size(self.group_size, self.K)
+        if not isinstance(self.qweight, torch.Tensor) or self.qweight.dtype != torch.int32:
+            raise TypeError(f"qweight must be an int32 tensor, got "
+                            f"{getattr(self.qweight, 'dtype', type(self.qweight).__name__)}")
+        if tuple(self.qweight.shape) != (self.N, self.K // 8):
+            raise ValueError(f"qweight must have shape [N, K/8] = [{self.N}, {self.K // 8}], "
+                             f"got {list(self.qweight.shape)}")
+        if not isinstance(self.scales, torch.Tensor) or self.scales.dtype != torch.float16:
+            raise TypeError(f"scales must be a float16 tensor, got "
+                            f"{getattr(self.scales, 'dtype', type(self.scales).__name__)}")
+        want = (self.N, self.K // self.group_size)
+        if tuple(self.scales.shape) != want:
+            raise ValueError(f"scales must have shape [N, K/group_size] = {list(want)} "
+                             f"(group_size={self.group_size}), got {list(self.scales.shape)}")
+        if self.qweight.device != self.scales.device:
+            raise ValueError(f"qweight and scales must be on one device, got {self.qweight.device} "
+                             f"and {self.scales.device}")
+
+    @property
+    def device(self) -> torch.device:
+        return self.qweight.device
+
+    @property
+    def nbytes(self) -> int:
+        return self.qweight.numel() * 4 + self.scales.numel() * 2
+
+    def to(self, device) -> "QuantizedWeight":
+        return QuantizedWeight(self.qweight.to(device), self.scales.to(device), self.N, self.K, self.group_size)
+
+    def unpack(self) -> torch.Tensor:
+        """[N, K] int8 in [-8, 7]."""
+        return unpack_int4_rows(self.qweight)
+
+    def dequantize(self, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+        """[N, K] ``fp16(q * s)`` (the exact fp16 values the kernels compute with), cast to ``dtype``."""
+        q = self.unpack().to(torch.float32)
+        s = self.scales.to(torch.float32).repeat_interleave(self.group_size, dim=1)
+        return (q * s).to(torch.float16).to(dtype)
+
+
+def pack_int4_rows(q: torch.Tensor) -> torch.Tensor:
+    """[N, K] integers in [-8, 7] (K % 8 == 0) -> [N, K/8] int32 in the LOP3 order."""
+    N, K = q.shape
+    return int4_ref.pack_int4(q.reshape(-1)).reshape(N, K // 8)
+
+
+def unpack_int4_rows(qweight: torch.Tensor) -> torch.Tensor:
+    """[N, K/8] int32 -> [N, K] int8."""
+    N, W = qweight.shape
+    return int4_ref.unpack_int4(qweight.reshape(-1)).reshape(N, W * 8)
+
+
+def _check_weight(weight, group_size) -> tuple[int, int]:
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"weight must be a torch.Tensor, got {type(weight).__name__}")
+    if weight.dtype not in (torch.float16, torch.float32, torch.bfloat16):
+        raise TypeError(f"weight must be float16, bfloat16 or float32, got {weight.dtype}")
+    if weight.dim() != 2:
+        raise ValueError(f"weight must be 2-D [N, K], got shape {list(weight.shape)}")
+    N, K = weight.shape
+    check_group_size(group_size, K)
+    if not torch.isfinite(weight).all():
+        raise ValueError("weight contains NaN or Inf")
+    return N, K
+
+
+def _group_scales(wg: torch.Tensor) -> torch.Tensor:
+    """[..., group] fp32 -> [...] fp16 scale, absmax / 7.5 rounded to fp16 (never 0)."""
+    s = (wg.abs().amax(dim=-1) / _RTN_DIV).to(torch.float16)
+    return torch.where(s > 0, s, torch.ones_like(s))
+
+
+def quantize_rtn(weight: torch.Tensor, group_size: int = 128) -> QuantizedWeight:
+    """Round-to-nearest: ``weight [N, K]`` (fp16/bf16/fp32, any device) -> :class:`QuantizedWeight`."""
+    N, K = _check_weight(weight, group_size)
+    w = weight.detach().to(torch.float32).reshape(N, K // group_size, group_size)
+    s = _group_scales(w)
+    q = torch.clamp(torch.round(w / s.to(torch.float32)[..., None]), QMIN, QMAX).to(torch.int8)
+    return QuantizedWeight(pack_int4_rows(q.reshape(N, K)), s.contiguous(), N, K, group_size)
+
+
+def quantize_gptq(weight: torch.Tensor, hessian: torch.Tensor, group_size: int = 128, *, damp: float = 0.01,
+                  block: int = 128) -> QuantizedWeight:
+    """GPTQ with per-group scales (no activation reordering).
+
+    ``hessian [K, K]``: ``sum_i x_i x_i^T`` over calibration inputs (any
+    positive scale; see :class:`HessianAccumulator`). ``damp`` adds
+    ``damp * mean(diag H)`` to the diagonal. Columns whose input never fired
+    (zero diagonal) are quantized by RTN. Runs on the weight's device in fp32.
+    """
+    N, K = _check_weight(weight, group_size)
+    if not isinstance(hessian, torch.Tensor) or tuple(hessian.shape) != (K, K):
+        raise ValueError(f"hessian must be a [K, K] = [{K}, {K}] tensor, got "
+                         f"{list(hessian.shape) if isinstance(hessian, torch.Tensor) else type(hessian).__name__}")
+    if block % group_size:
+        raise ValueError(f"block={block} must be a multiple of group_size={group_size}")
+    dev = weight.device
+    W = weight.detach().to(torch.float32).clone()
+    H = hessian.detach().to(device=dev, dtype=torch.float32).clone()
+    dead = torch.diag(H) == 0
+    H[dead, dead] = 1.0
+    H += damp * torch.mean(torch.diag(H)) * torch.eye(K, device=dev)
+    try:
+        L = torch.linalg.cholesky(H)
+        Hinv = torch.cholesky_inverse(L)
+        U = torch.linalg.cholesky(Hinv, upper=True)  # rows of the upper factor drive the updates
+    except RuntimeError as e:  # not positive definite even after damping
+        raise ValueError(f"hessian is not positive definite after damping ({e}); increase damp") from None
+
+    Q = torch.zeros(N, K, dtype=torch.int8, device=dev)
+    S = torch.zeros(N, K // group_size, dtype=torch.float16, device=dev)
+    for b0 in range(0, K, block):
+        b1 = min(b0 + block, K)
+        W1 = W[:, b0:b1].clone()
+        Err = torch.zeros_like(W1)
+        for i in range(b1 - b0):
+            col = b0 + i
+            if col % group_size == 0:  # choose the group's scale from the (error-updated) weights
+                # block (128) is a multiple of group_size, so the group lies inside W1
+                S[:, col // group_size] = _group_scales(W1[:, i:i + group_size])
+            s = S[:, col // group_size].to(torch.float32)
+            w = W1[:, i]
+            q = torch.clamp(torch.round(w / s), QMIN, QMAX)
+            Q[:, col] = q.to(torch.int8)
+            d = U[col, col]
+            err = (w - q * s) / d
+            W1[:, i:] -= err[:, None] * U[col, col:b1][None, :]
+            Err[:, i] = err
+        W[:, b1:] -= Err @ U[b0:b1, b1:]
+    return QuantizedWeight(pack_int4_rows(Q), S.contiguous(), N, K, group_size)
+
+
+class HessianAccumulator:
+    """Running ``H = sum x x^T`` of the inputs of one Linear (forward hook)."""
+
+    def __init__(self, K: int, device):
+        self.H = torch.zeros(K, K, dtype=torch.float32, device=device)
+        self.n = 0
+
+    def add(self, x: torch.Tensor) -> None:
+        x = x.detach().reshape(-1, x.shape[-1]).to(torch.float32)
+        self.H.addmm_(x.t(), x)
+        self.n += x.shape[0]
+
+
+def output_error(weight: torch.Tensor, qw: QuantizedWeight, x: torch.Tensor) -> float:
+    """Relative output error ``||x W^T - x W_deq^T|| / ||x W^T||`` (fp32)."""
+    w = weight.to(torch.float32)
+    ref = x.to(torch.float32) @ w.t()
+    got = x.to(torch.float32) @ qw.dequantize(torch.float32).to(x.device).t()
+    return float((ref - got).norm() / ref.norm().clamp_min(1e-30))
+
+
+def rtn_max_error(weight: torch.Tensor, qw: QuantizedWeight) -> float:
+    """max |W - W_deq| / scale over all entries (RTN guarantees <= 0.5 plus fp16 rounding)."""
+    s = qw.scales.to(torch.float32).repeat_interleave(qw.group_size, dim=1)
+    return float(((weight.to(torch.float32) - qw.dequantize(torch.float32)).abs() / s).max())
+
+
+__all__ = ["GROUP_SIZES", "QuantizedWeight", "quantize_rtn", "quantize_gptq", "HessianAccumulator",
+           "pack_int4_rows", "unpack_int4_rows", "check_group_size", "output_error"]
