@@ -1,0 +1,258 @@
+"""Static-KV-cache decoding of a Hugging Face causal LM with CUDA-graph-captured steps.
+
+:class:`StaticEngine` preallocates a ``transformers.StaticCache`` and, on
+CUDA, captures one decode step in a CUDA graph: the forward pass, the choice
+of the next token (greedy argmax, or sampling by the Gumbel-max trick on
+``softmax(logits / temperature)`` restricted to the top k), and the update of
+the step's own inputs (token, position, output slot) all live on the device,
+so decoding ``n`` tokens is ``n`` graph replays and no host synchronisation.
+Works for any HF causal LM whose forward accepts ``past_key_values``,
+``cache_position`` and ``position_ids`` (Qwen2, Llama, Mistral, ...), with
+``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers. Decoding always runs
+``max_new_tokens`` steps; tokens after an ``eos_token_id`` are cut from the
+returned ``sequences`` per row (``lengths``).
+
+Reported per call (:class:`GenerateResult`): time to first token (prefill +
+first choice), decode tokens/s (tokens after the first / decode time), weight
+bytes, peak allocated memory, and *bandwidth achieved*: bytes one decode step
+must read (every Linear weight incl. lm_head, plus the KV cache up to the
+current length, averaged over the steps) x steps/s, as a fraction of the
+copy bandwidth of :func:`t4lib.hw.copy_bandwidth` (the gpt-fast convention).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..quant.linear import QuantLinear
+
+# transformers 5.x renames the cache argument; the old name keeps older versions working.
+warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+
+
+@dataclass
+class GenerateResult:
+    sequences: torch.Tensor          # [B, T + new] prompt and generated tokens (CPU)
+    new_tokens: torch.Tensor         # [B, new] generated tokens (CPU)
+    lengths: list[int]               # generated tokens per row up to and including eos
+    ttft_s: float
+    decode_s: float
+    decode_tokens_per_s: float       # per sequence: (new - 1) / decode_s
+    graph: bool
+    graph_error: str | None = None
+    weight_bytes: int = 0
+    peak_mem_bytes: int | None = None
+    bytes_per_step: float = 0.0
+    bandwidth_Bps: float | None = None
+    frac_copy_bw: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def linear_weight_bytes(model: nn.Module) -> int:
+    """Bytes of every Linear/QuantLinear weight (what one decode step streams), tied tensors once."""
+    seen, total = set(), 0
+    for m in model.modules():
+        ts = []
+        if isinstance(m, QuantLinear):
+            ts = [m.qweight, m.scales] + ([m.bias] if m.bias is not None else [])
+        elif isinstance(m, nn.Linear):
+            ts = [m.weight] + ([m.bias] if m.bias is not None else [])
+        for t in ts:
+            key = (t.data_ptr(), t.numel())
+            if key not in seen:
+                seen.add(key)
+                total += t.numel() * t.element_size()
+    return total
+
+
+def model_bytes(model: nn.Module) -> int:
+    from ..quant.model import weight_bytes
+    return weight_bytes(model)
+
+
+def kv_bytes_per_position(model: nn.Module, batch_size: int = 1) -> int:
+    cfg = model.config
+    n_kv = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    dtype = next(model.parameters()).dtype
+    return 2 * cfg.num_hidden_layers * n_kv * head_dim * torch.finfo(dtype).bits // 8 * batch_size
+
+
+def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int) -> torch.Tensor:
+    """[B, V] -> [B] next tokens; capture-safe (no host sync)."""
+    logits = logits.float()
+    if not do_sample:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    u = torch.rand_like(logits).clamp_(1e-10, 1.0 - 1e-7)
+    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max: a sample of softmax(logits)
+
+
+class StaticEngine:
+    """Greedy/sampled decoding with a static KV cache and CUDA-graph decode steps (see module docstring)."""
+
+    def __init__(self, model: nn.Module, max_len: int = 512, use_graph: bool | None = None):
+        if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+            raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
+                            f"got {type(model).__name__}")
+        if not isinstance(max_len, int) or max_len < 2:
+            raise ValueError(f"max_len must be an int >= 2, got {max_len!r}")
+        self.model = model.eval()
+        self.max_len = max_len
+        self.device = next(model.parameters()).device
+        self.use_graph = (self.device.type == "cuda") if use_graph is None else bool(use_graph)
+        if self.use_graph and self.device.type != "cuda":
+            raise ValueError("use_graph=True needs the model on a CUDA device")
+        self._key = None      # (batch, do_sample, temperature, top_k) the buffers/graph were built for
+        self.graph = None
+        self.graph_error = None
+
+    # ------------------------------------------------------------------ setup
+    def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, n_out: int):
+        from transformers import StaticCache
+
+        key = (B, do_sample, temperature, top_k)
+        if self._key != key:
+            self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
+            dev = self.device
+            self.ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
+            self.pos = torch.zeros(1, dtype=torch.long, device=dev)
+            self.step_idx = torch.zeros(1, dtype=torch.long, device=dev)
+            self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
+            self.graph, self.graph_error, self._key = None, None, key
+            self._sel = (do_sample, temperature, top_k)
+        else:
+            self.cache.reset()
+
+    def _forward(self, ids, cache_position, logits_to_keep=1):
+        B = ids.shape[0]
+        pos_ids = cache_position.view(1, -1).expand(B, -1)
+        try:
+            return self.model(input_ids=ids, past_key_values=self.cache, cache_position=cache_position,
+                              position_ids=pos_ids, use_cache=True, logits_to_keep=logits_to_keep).logits
+        except TypeError:  # models without logits_to_keep
+            return self.model(input_ids=ids, past_key_values=self.cache, cache_position=cache_position,
+                              position_ids=pos_ids, use_cache=True).logits[:, -1:]
+
+    def _step(self):
+        """One decode step on the static buffers (what the graph captures)."""
+        logits = self._forward(self.ids, self.pos)
+        nxt = _select(logits[:, -1], *self._sel)
+        self.ids.copy_(nxt[:, None])
+        self.out.index_copy_(1, self.step_idx, nxt[:, None])
+        self.pos.add_(1)
+        self.step_idx.add_(1)
+
+    def _capture(self):
+        saved = [t.clone() for t in (self.ids, self.pos, self.step_idx, self.out)]
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):  # warm-up: rewrites the KV slot at pos with the same values
+                for _ in range(2):
+                    for t, v in zip((self.ids, self.pos, self.step_idx, self.out), saved):
+                        t.copy_(v)
+                    self._step()
+            torch.cuda.current_stream().wait_stream(s)
+            for t, v in zip((self.ids, self.pos, self.step_idx, self.out), saved):
+                t.copy_(v)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._step()
+            self.graph = g
+        except Exception as e:  # capture-unsafe model code: decode eagerly and say so
+            self.graph, self.graph_error = None, f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
+        for t, v in zip((self.ids, self.pos, self.step_idx, self.out), saved):
+            t.copy_(v)
+
+    # ------------------------------------------------------------------ generate
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
+                 temperature: float = 1.0, top_k: int = 0, seed: int | None = None,
+                 eos_token_id: int | None = None) -> GenerateResult:
+        """Decode ``max_new_tokens`` tokens after ``input_ids [B, T]`` (see module docstring)."""
+        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"input_ids must be an integer tensor, got "
+                            f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}")
+        if input_ids.dim() == 1:
+            input_ids = input_ids[None]
+        if input_ids.dim() != 2 or input_ids.shape[1] < 1:
+            raise ValueError(f"input_ids must be [B, T] with T >= 1, got shape {list(input_ids.shape)}")
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        B, T = input_ids.shape
+        if T + max_new_tokens > self.max_len:
+            raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds max_len={self.max_len}")
+        if do_sample and not temperature > 0:
+            raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        cuda = self.device.type == "cuda"
+        self._setup(B, bool(do_sample), float(temperature), int(top_k), max_new_tokens)
+        if seed is not None:
+            torch.manual_seed(seed)
+        ids = input_ids.to(self.device, torch.long)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats(self.device)
+        t0 = time.perf_counter()
+        logits = self._forward(ids, torch.arange(T, device=self.device))
+        first = _select(logits[:, -1], *self._sel)
+        self.ids.copy_(first[:, None])
+        self.out[:, 0] = first
+        self.pos.fill_(T)
+        self.step_idx.fill_(1)
+        if cuda:
+            torch.cuda.synchronize()
+        ttft = time.perf_counter() - t0
+        if self.use_graph and self.graph is None and self.graph_error is None and max_new_tokens > 1:
+            self._capture()
+        t1 = time.perf_counter()
+        for _ in range(max_new_tokens - 1):
+            if self.graph is not None:
+                self.graph.replay()
+            else:
+                self._step()
+        if cuda:
+            torch.cuda.synchronize()
+        decode = time.perf_counter() - t1
+        new = self.out[:, :max_new_tokens].cpu()
+        lengths = [max_new_tokens] * B
+        if eos_token_id is not None:
+            for b in range(B):
+                hit = (new[b] == eos_token_id).nonzero()
+                if len(hit):
+                    lengths[b] = int(hit[0]) + 1
+        steps = max_new_tokens - 1
+        res = GenerateResult(sequences=torch.cat([input_ids.cpu().long(), new], dim=1), new_tokens=new,
+                             lengths=lengths, ttft_s=ttft, decode_s=decode,
+                             decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
+                             graph=self.graph is not None, graph_error=self.graph_error,
+                             weight_bytes=model_bytes(self.model))
+        avg_len = T + max_new_tokens / 2
+        res.bytes_per_step = linear_weight_bytes(self.model) + kv_bytes_per_position(self.model, B) * avg_len
+        if cuda:
+            from .. import hw
+            res.peak_mem_bytes = torch.cuda.max_memory_allocated(self.device)
+            if steps and decode > 0:
+                res.bandwidth_Bps = res.bytes_per_step * steps / decode
+                res.frac_copy_bw = res.bandwidth_Bps / hw.copy_bandwidth()
+        return res
+
+
+@torch.no_grad()
+def hf_generate(model: nn.Module, input_ids: torch.Tensor, max_new_tokens: int, static_cache: bool = True,
+                **kw) -> torch.Tensor:
+    """The baseline: ``model.generate`` greedy, exactly ``max_new_tokens`` tokens, optional static cache."""
+    args = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
+                pad_token_id=getattr(model.config, "eos_token_id", None) or 0)
+    if static_cache:
+        args["cache_implementation"] = "static"
+    args.update(kw)
+    return model.generate(input_ids.to(next(model.parameters()).device), **args)
