@@ -1,0 +1,158 @@
+// GGUF weight formats: bulk dequantization and the fused dequant-GEMV.
+//
+// Bulk: out[b*kValues + i] = value i of block b, fp32 (bit-exact with gguf-py's
+// dequantize) or fp16 (that value rounded once). One thread per 8 values.
+// GEMV: y[m, n] = sum_k x[m, k] W[n, k] through kernels/gemv.cuh, W stored as
+// GGUF lays it out (row n = K / kValues contiguous blocks). The trait decodes
+// a 32-value chunk with the same per-format routine as the bulk path, rounds
+// to fp16 and feeds the template's fp16-partial / fp32-accumulate dot.
+#include "gemv.cuh"
+#include "gguf_formats.cuh"
+
+// t4lib:hot gguf_dequant_kernel gemv_kernel
+
+namespace {
+
+using namespace t4::gguf;
+
+constexpr int kThreads = 256;
+
+template <class F, typename TO>
+__global__ void __launch_bounds__(kThreads) gguf_dequant_kernel(const uint8_t* __restrict__ blocks,
+                                                                TO* __restrict__ out, long long n_groups) {
+  constexpr int kGroups = F::kValues / 8;
+  const long long stride = (long long)gridDim.x * kThreads;
+  for (long long gid = (long long)blockIdx.x * kThreads + threadIdx.x; gid < n_groups; gid += stride) {
+    const long long blk = gid / kGroups;
+    const int g = static_cast<int>(gid % kGroups);
+    float v[8];
+    F::dequant8(blocks + blk * F::kBytes, g, v);
+    if constexpr (sizeof(TO) == 4) {
+      float4* o = reinterpret_cast<float4*>(out + gid * 8);
+      o[0] = make_float4(v[0], v[1], v[2], v[3]);
+      o[1] = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      uint4 u;
+      u.x = t4::as_u32(__floats2half2_rn(v[0], v[1]));
+      u.y = t4::as_u32(__floats2half2_rn(v[2], v[3]));
+      u.z = t4::as_u32(__floats2half2_rn(v[4], v[5]));
+      u.w = t4::as_u32(__floats2half2_rn(v[6], v[7]));
+      *reinterpret_cast<uint4*>(out + gid * 8) = u;
+    }
+  }
+}
+
+template <class F>
+int dequant(const uint8_t* blocks, void* out, long long n_blocks, int out_half, int max_blocks, cudaStream_t s) {
+  const long long n_groups = n_blocks * (F::kValues / 8);
+  if (n_groups <= 0) return 0;
+  int grid = t4::grid_for(n_groups, kThreads);
+  if (max_blocks > 0 && grid > max_blocks) grid = max_blocks;
+  if (out_half) gguf_dequant_kernel<F, half><<<grid, kThreads, 0, s>>>(blocks, static_cast<half*>(out), n_groups);
+  else gguf_dequant_kernel<F, float><<<grid, kThreads, 0, s>>>(blocks, static_cast<float*>(out), n_groups);
+  T4_RETURN_LAUNCH_STATUS();
+}
+
+// GEMV trait for any block format: a chunk is 32 consecutive values of a row
+// (one Q8_0/IQ4_NL block or one 32-value sub-block of a 256-value super-block).
+// load() decodes the chunk to fp16 (the block bytes are byte-packed, so the
+// reads are byte loads of the block; scales are read per chunk).
+template <class F>
+struct GgufTrait {
+  static constexpr int kChunk = 32;
+  struct Frag { half2 w[4][4]; };
+  __device__ static void load(Frag& f, const t4::gemv::Weights& w, int n, int c) {
+    const long long v0 = (long long)c * kChunk;
+    const uint8_t* blk = w.data + (long long)n * w.row_bytes + (v0 / F::kValues) * F::kBytes;
+    const int g0 = static_cast<int>(v0 % F::kValues) / 8;
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      float v[8];
+      F::dequant8(blk, g0 + q, v);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) f.w[q][t] = __floats2half2_rn(v[2 * t], v[2 * t + 1]);
+    }
+  }
+  template <int M, int R>
+  __device__ static void dot(const Frag (&f)[R], const t4::gemv::Weights&, int c, const half* __restrict__ x,
+                             long long ldx, float (&acc)[R][M]) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const uint4 xv = t4::gemv::ldg16(x + m * ldx + (long long)c * kChunk + 8 * q);
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r][m] = t4::gemv::dot8(f[r].w[q], xv, acc[r][m]);
+      }
+    }
+  }
+};
+
+template <class F>
+int gemv(const uint8_t* w, const half* x, half* y, int M, int N, int K, int max_ctas, cudaStream_t s) {
+  if (K % F::kValues) return static_cast<int>(cudaErrorInvalidValue);
+  t4::gemv::Args a;
+  a.w.data = w;
+  a.w.scales = nullptr;
+  a.w.aux = nullptr;
+  a.w.row_bytes = (long long)(K / F::kValues) * F::kBytes;
+  a.w.N = N;
+  a.w.K = K;
+  a.w.group_size = 0;
+  a.x = x;
+  a.ldx = K;
+  a.y = y;
+  a.ldy = N;
+  a.M = M;
+  return t4::gemv::launch<GgufTrait<F>>(a, max_ctas, s);
+}
+
+}  // namespace
+
+namespace t4 {
+namespace gemv {
+// Decoded fp16 chunks are 16 registers each: fewer rows/chunks in flight than
+// the default keep the GGUF GEMV free of spills (80 registers at M <= 2).
+template <class F, int M>
+struct Tuning<GgufTrait<F>, M> {
+  static constexpr int R = 1;
+  static constexpr int U = 1;
+  static constexpr int kMinBlocks = M <= 2 ? 6 : (M <= 4 ? 5 : 4);
+};
+}  // namespace gemv
+}  // namespace t4
+
+#define T4_GGUF_SWITCH(type, CALL)            \
+  switch (type) {                             \
+    case Q8_0::kType: return CALL(Q8_0);      \
+    case Q3_K::kType: return CALL(Q3_K);      \
+    case Q4_K::kType: return CALL(Q4_K);      \
+    case Q5_K::kType: return CALL(Q5_K);      \
+    case Q6_K::kType: return CALL(Q6_K);      \
+    case IQ4_NL::kType: return CALL(IQ4_NL);  \
+    case IQ4_XS::kType: return CALL(IQ4_XS);  \
+    case IQ3_S::kType: return CALL(IQ3_S);    \
+    default: return static_cast<int>(cudaErrorInvalidValue); \
+  }
+
+// ggml_type: the GGML type id (8 Q8_0, 11 Q3_K, 12 Q4_K, 13 Q5_K, 14 Q6_K,
+// 20 IQ4_NL, 21 IQ3_S, 23 IQ4_XS). out: n_blocks * values-per-block values,
+// fp16 when out_half else fp32, 16-byte aligned.
+T4_API int t4_gguf_dequant(int ggml_type, const uint8_t* blocks, void* out, long long n_blocks, int out_half,
+                           int max_blocks, cudaStream_t stream) {
+  using namespace t4::gguf;
+#define T4_DQ(F) dequant<F>(blocks, out, n_blocks, out_half, max_blocks, stream)
+  T4_GGUF_SWITCH(ggml_type, T4_DQ)
+#undef T4_DQ
+}
+
+// y [M, N] fp16 = x [M, K] fp16 @ W^T, W [N, K] in GGUF blocks (row n at
+// w + n * K / values-per-block * bytes-per-block). M in 1..8, K a multiple of
+// the block's value count; x 16-byte aligned.
+T4_API int t4_gguf_gemv(int ggml_type, const uint8_t* w, const half* x, half* y, int M, int N, int K, int max_ctas,
+                        cudaStream_t stream) {
+  using namespace t4::gguf;
+#define T4_GV(F) gemv<F>(w, x, y, M, N, K, max_ctas, stream)
+  T4_GGUF_SWITCH(ggml_type, T4_GV)
+#undef T4_GV
+}
