@@ -227,6 +227,7 @@ def test_figures_save_load_roundtrip(tmp_path):
     assert names["pacing/int4_dequant/cap0.5/energy"]["tag"] == "ARITHMETIC"
     est = [f for f in figs if f["tag"] == "ESTIMATED"]
     assert est and all("T4 model" in f["note"] for f in est)
+    assert {"pacing/int4_dequant/t4_projection/paced", "pacing/int4_dequant/t4_projection/unpaced"} <= set(names)
     ch = names["pacing/int4_dequant/binding_budget/chosen_cap"]
     assert ch["value"] == 0.125 and ch["budget_w"] == pytest.approx(35.0)
     assert names["pacing/int4_dequant/t4_budget/chosen_cap"]["value"] == 0.5
@@ -324,3 +325,8 @@ def test_compute_bound_projection():
     assert all(math.isfinite(x) for x in e)
     p = projection.project(_sweep())
     assert "1 at every cap" in p["w4a16_gemm"]["note"]
+    # with u = 1 everywhere every cap is power-capped alike: paced falls back to the lowest cap
+    assert p["int4_dequant"]["paced"]["cap"] == 0.125 and p["int4_dequant"]["unpaced"]["cap"] == 1.0
+    low = projection._paced({"w4a16_gemm": {"rows": rows}})["w4a16_gemm"]["paced"]
+    assert rows[1]["sm_mhz"] == 1590 and rows[2]["sm_mhz"] < 1590
+    assert low["cap"] == 0.25 and low["throughput"] == rows[1]["throughput"]  # the fastest cap still at 1590 MHz

@@ -23,7 +23,10 @@ with P_idle (idle draw), P_dyn (the dynamic power a fully busy TU104 would
 draw at 1590 MHz with no power limit) and eff (the kernel's fraction of
 tensor-core peak at full occupancy) stated as assumptions in every figure.
 In this model capping occupancy raises the clock but never raises
-throughput (u * f grows with u); what it buys is energy per FLOP (~ f^2).
+throughput (under the power limit f ~ u^(-1/3), so u * f ~ u^(2/3) still grows
+with u). Dynamic energy per FLOP falls with the clock (~ f^2), but the idle
+draw is spread over fewer FLOPs, so whether pacing lowers total energy per
+FLOP depends on P_idle and on u(cap); the projection reports both.
 """
 from __future__ import annotations
 
@@ -81,7 +84,7 @@ def project(sweep: dict | None = None, caps=grid.DEFAULT_CAPS) -> dict[str, Any]
         best = max(r["throughput"] for r in rows)
         rel = {r["cap"]: r["throughput"] / best for r in rows}
     mem, gemm = memory_bound(caps), compute_bound(caps, rel)
-    return {
+    return _paced({
         "int4_dequant": {"rows": mem, "note": (
             "ESTIMATED T4 model: min(260 GB/s sustained, Little's law: 40 SMs x resident warps x 32 threads x 16 B "
             f"of reads in flight / {MEM_ASSUMPTIONS['latency_ns']:.0f} ns assumed loaded DRAM latency x "
@@ -93,4 +96,18 @@ def project(sweep: dict | None = None, caps=grid.DEFAULT_CAPS) -> dict[str, Any]
             "<= 70 W; u(cap) = {u}; P_idle, P_dyn and eff are assumptions, not measurements".format(
                 **GEMM_ASSUMPTIONS, u=("measured relative throughput per cap on " + sweep.get("device", "?"))
                 if rel else "1 at every cap (no sweep)"))},
-    }
+    })
+
+
+def _paced(proj: dict[str, Any]) -> dict[str, Any]:
+    """Add the paced choice under the model: the most throughput among caps whose modelled
+    clock stays at boost (no power-cap event), lower cap on ties; unpaced is the largest cap."""
+    for p in proj.values():
+        rows = p["rows"]
+        ok = [r for r in rows if r.get("sm_mhz", T4.boost_mhz) >= T4.boost_mhz - 1e-6] or rows[:1]
+        best = max(r["throughput"] for r in ok)
+        pick = min((r for r in ok if r["throughput"] >= 0.995 * best), key=lambda r: r["cap"])
+        unp = max(rows, key=lambda r: r["cap"])
+        p["paced"] = {"cap": pick["cap"], "throughput": pick["throughput"]}
+        p["unpaced"] = {"cap": unp["cap"], "throughput": unp["throughput"]}
+    return proj

@@ -111,8 +111,15 @@ def to_figures(sweep: dict, source: str = SOURCE) -> list[dict]:
         tu = "GB/s" if name == "int4_dequant" else "TFLOP/s"
         div = 1e9 if name == "int4_dequant" else 1e12
         for r in pr["rows"]:
+            extra = {k: r[k] for k in ("sm_mhz", "power_w", "bound") if k in r}
             figs.append(results.figure(f"pacing/{name}/t4_projection/cap{r['cap']:g}", r["throughput"] / div, tu,
-                                       "ESTIMATED", source, note=pr["note"], cap=r["cap"]))
+                                       "ESTIMATED", source, note=pr["note"], cap=r["cap"], **extra))
+        for which in ("paced", "unpaced"):
+            w = pr[which]
+            how = ("the most throughput among caps whose modelled clock stays at 1590 MHz (no power cap)"
+                   if which == "paced" else "the largest cap")
+            figs.append(results.figure(f"pacing/{name}/t4_projection/{which}", w["throughput"] / div, tu,
+                                       "ESTIMATED", source, note=f"{pr['note']}; {which} = {how}", cap=w["cap"]))
     return figs
 
 
@@ -185,3 +192,23 @@ def save(sweep: dict, out_dir: str | Path, source: str = SOURCE) -> tuple[Path, 
     except ImportError as e:  # matplotlib is in the notebooks extra
         print(f"plots skipped: {e}")
     return path, figs
+
+
+def format_table(rows: list[dict[str, Any]], cols: list[str] | None = None) -> str:
+    """Plain-text table of dict rows (no pandas needed)."""
+    if not rows:
+        return "(empty)"
+    cols = cols or list(dict.fromkeys(k for r in rows for k in r))
+
+    def s(v):
+        if v is None:
+            return "-"
+        if isinstance(v, float):
+            return f"{v:.4g}"
+        return str(v)
+
+    cells = [[s(r.get(c)) for c in cols] for r in rows]
+    w = [max(len(c), *(len(x[i]) for x in cells)) for i, c in enumerate(cols)]
+    lines = ["  ".join(c.rjust(w[i]) for i, c in enumerate(cols)), "  ".join("-" * x for x in w)]
+    lines += ["  ".join(v.rjust(w[i]) for i, v in enumerate(row)) for row in cells]
+    return "\n".join(lines)
