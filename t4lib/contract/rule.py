@@ -96,8 +96,8 @@ def compare(actual: torch.Tensor, reference: torch.Tensor, rule="strict", *, chu
         if finite.numel():
             max_abs = max(max_abs, float(finite.max()))
             u, i = usage.max(dim=0)
-            if float(u) > max_usage or lo == 0:
-                max_usage, worst = max(max_usage, float(u)), lo + int(i)
+            if lo == 0 or float(u) > max_usage:
+                max_usage, worst = float(u), lo + int(i)
     idx = tuple(int(v) for v in torch.unravel_index(torch.tensor(worst), tuple(reference.shape))) if n else ()
     return RuleResult(name, atol, rtol, failures, n, max_abs, max_usage, idx)
 
