@@ -120,8 +120,9 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None) -> 
                 r = _pytest(["-m", "gpu and not slow", "tests", "-x"], Path(tmp) / f"{tool}.xml",
                             prefix=["compute-sanitizer", "--tool", tool, "--error-exitcode", "86",
                                     "--target-processes", "all"])
-            m = re.findall(r"ERROR SUMMARY: (\d+) error", r["tail"])
-            r["errors"] = sum(map(int, m)) if m else None
+            # memcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck: "... hazards displayed (N errors, ..."
+            m = re.findall(r"ERROR SUMMARY: (\d+) error|hazards displayed \((\d+) error", r["tail"])
+            r["errors"] = sum(int(a or b) for a, b in m) if m else None
             r.pop("tests")
             entry["sanitizers"][tool] = r
             checks[f"sanitizer_{tool}"] = r["returncode"] == 0 and r["errors"] == 0

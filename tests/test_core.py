@@ -86,6 +86,7 @@ def test_bench_rejects_unknown_baseline():
 
 
 @pytest.mark.gpu
+@pytest.mark.slow
 def test_bench_on_gpu_times_and_ratios():
     from t4lib import bench
 
