@@ -1,0 +1,153 @@
+"""W4A16 format, quantizers, QuantLinear and policy-driven model quantization (CPU)."""
+import pytest
+import torch
+from torch import nn
+
+from t4lib.ops.int4 import reference as int4_ref
+from t4lib.quant import (QuantLinear, default_policy, load_quantized, quantize_gptq, quantize_model, quantize_rtn,
+                         resolve_policy, save_quantized, weight_bytes)
+from t4lib.quant.w4a16 import HessianAccumulator, output_error, pack_int4_rows, rtn_max_error, unpack_int4_rows
+
+
+def tiny_qwen2(seed=0, dtype=torch.float32, **kw):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=320, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True)
+    cfg.update(kw)
+    return Qwen2ForCausalLM(Qwen2Config(**cfg)).to(dtype).eval()
+
+
+def test_pack_order_is_the_lop3_order():
+    q = torch.arange(-8, 8, dtype=torch.int8).repeat(3).reshape(3, 16)
+    packed = pack_int4_rows(q)
+    assert packed.shape == (3, 2) and packed.dtype == torch.int32
+    assert torch.equal(packed.reshape(-1), int4_ref.pack_int4(q.reshape(-1)))
+    assert torch.equal(unpack_int4_rows(packed), q)
+    # value 1 of the first word sits in nibble slot 4 (bits 16..19)
+    one = torch.zeros(1, 8, dtype=torch.int8)
+    one[0, 1] = 5
+    assert int(pack_int4_rows(one)) == 5 << 16
+
+
+@pytest.mark.parametrize("g", [32, 64, 128])
+def test_rtn_error_bound_and_range(g):
+    w = torch.randn(40, 384) * 0.02
+    w[0, :g] = 0  # an all-zero group
+    qw = quantize_rtn(w, g)
+    q = qw.unpack()
+    assert q.min() >= -8 and q.max() <= 7
+    # half a step, plus fp16 rounding of the scale (7.5 * 2^-11 at the clamp) and of q * s (8 * 2^-11)
+    assert rtn_max_error(w, qw) <= 0.5 + 7.6e-3
+    assert torch.equal(qw.dequantize()[0, :g], torch.zeros(g, dtype=torch.float16))
+    # the full range is used: the largest-magnitude element of each group maps to -8 or 7
+    qg = q.reshape(40, -1, g)[1:]
+    assert ((qg.amin(-1) <= -7) | (qg.amax(-1) >= 7)).all()
+
+
+def test_dequantize_matches_int4_dequant_op():
+    from t4lib.ops.int4 import int4_dequant
+
+    qw = quantize_rtn(torch.randn(8, 256), 64)
+    flat = int4_dequant(qw.qweight.reshape(-1), qw.scales.reshape(-1), 64)
+    assert torch.equal(flat.reshape(8, 256), qw.dequantize())
+
+
+def test_gptq_beats_rtn_on_correlated_inputs():
+    torch.manual_seed(0)
+    w = torch.randn(64, 512)
+    A = torch.randn(512, 512) / 512 ** 0.5 + 0.3 * torch.eye(512)
+    x, x_test = torch.randn(4096, 512) @ A, torch.randn(2048, 512) @ A
+    acc = HessianAccumulator(512, "cpu")
+    acc.add(x)
+    g = quantize_gptq(w, acc.H, 128)
+    r = quantize_rtn(w, 128)
+    assert output_error(w, g, x_test) < 0.85 * output_error(w, r, x_test)
+
+
+def test_gptq_bad_hessian():
+    with pytest.raises(ValueError, match="hessian must be a"):
+        quantize_gptq(torch.randn(8, 128), torch.eye(64))
+
+
+def test_quantlinear_forward_matches_dequantized_linear():
+    lin = nn.Linear(256, 48, bias=True)
+    q = QuantLinear.from_linear(lin, 64)
+    x = torch.randn(2, 5, 256)
+    want = x @ q.dequantize().float().t() + q.bias.float()
+    torch.testing.assert_close(q(x), want, rtol=1e-5, atol=1e-5)
+    assert q(x.half()).dtype == torch.float16
+    with pytest.raises(ValueError, match="in_features=256"):
+        q(torch.randn(3, 128))
+
+
+def test_quantize_model_default_policy():
+    m = tiny_qwen2()
+    pol = default_policy(m)
+    assert pol["lm_head"]["format"] == "fp16"
+    assert pol["model.layers.0.mlp.down_proj"] == {"format": "w4a16", "group_size": 128, "method": "rtn"}
+    before = weight_bytes(m)
+    quantize_model(m, pol)
+    assert isinstance(m.model.layers[1].self_attn.q_proj, QuantLinear)
+    assert isinstance(m.lm_head, nn.Linear) and isinstance(m.model.embed_tokens, nn.Embedding)
+    assert weight_bytes(m) < before
+    out = m(input_ids=torch.randint(0, 320, (1, 6))).logits
+    assert out.shape == (1, 6, 320) and torch.isfinite(out).all()
+
+
+def test_policy_patterns_and_errors():
+    m = tiny_qwen2()
+    pol = resolve_policy(m, {"*.mlp.*": {"format": "w4a16", "group_size": 64}})
+    assert pol["model.layers.0.mlp.up_proj"]["group_size"] == 64
+    assert pol["model.layers.0.self_attn.q_proj"]["format"] == "fp16"
+    with pytest.raises(ValueError, match="not an nn.Linear"):
+        resolve_policy(m, {"model.nope": {"format": "w4a16"}})
+    with pytest.raises(ValueError, match="group_size must be one of"):
+        resolve_policy(m, {"lm_head": {"format": "w4a16", "group_size": 100}})
+    with pytest.raises(ValueError, match="format"):
+        resolve_policy(m, {"lm_head": {"format": "int3"}})
+    with pytest.raises(TypeError, match="policy must be a dict"):
+        resolve_policy(m, ["lm_head"])
+    with pytest.raises(ValueError, match="calib is None"):
+        quantize_model(m, {"*proj": {"format": "w4a16", "method": "gptq"}})
+
+
+def test_model_without_linear_layers():
+    with pytest.raises(ValueError, match="no nn.Linear"):
+        quantize_model(nn.Sequential(nn.Embedding(10, 8), nn.ReLU()))
+    with pytest.raises(TypeError, match="nn.Module"):
+        quantize_model("qwen")
+
+
+def test_gptq_model_quantization_reduces_output_error():
+    m = tiny_qwen2(seed=1)
+    ref = tiny_qwen2(seed=1)
+    gen = torch.Generator().manual_seed(0)
+    calib = [torch.randint(0, 320, (4, 32), generator=gen) for _ in range(4)]
+    test_ids = torch.randint(0, 320, (4, 32), generator=gen)
+    rtn = quantize_model(m, None, inplace=False)
+    gptq = quantize_model(m, default_policy(m, method="gptq"), calib=calib, inplace=False)
+    with torch.no_grad():
+        l0 = ref(input_ids=test_ids).logits
+        e_rtn = (rtn(input_ids=test_ids).logits - l0).norm()
+        e_gptq = (gptq(input_ids=test_ids).logits - l0).norm()
+    assert e_gptq < e_rtn
+
+
+def test_save_load_roundtrip(tmp_path):
+    m = tiny_qwen2(dtype=torch.float16)
+    quantize_model(m)
+    save_quantized(m, tmp_path / "q")
+    m2 = load_quantized(tmp_path / "q")
+    assert isinstance(m2.model.layers[0].mlp.gate_proj, QuantLinear)
+    for (n1, t1), (n2, t2) in zip(sorted(m.state_dict().items()), sorted(m2.state_dict().items())):
+        assert n1 == n2 and torch.equal(t1, t2), n1
+    assert m2.t4lib_quant_policy == m.t4lib_quant_policy
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_quantized(tmp_path)
+    with pytest.raises(ValueError, match="not quantized"):
+        save_quantized(tiny_qwen2(), tmp_path / "x")

@@ -1,0 +1,160 @@
+"""W4A16 GEMV/GEMM: reference semantics on CPU, kernels against the reference on GPU.
+
+Tolerance (t4lib.ops.w4a16.reference.tolerance): |y - y_ref| <= 2.5e-3 * (|x| @ |W_deq|^T)
++ 1e-3 |y_ref| + 1e-5 elementwise, y_ref = fp32 x @ W_deq^T of the exact fp16 dequantized weight.
+"""
+import pytest
+import torch
+
+from t4lib.ops import w4a16 as ops
+from t4lib.ops.w4a16 import binding, reference
+from t4lib.quant.w4a16 import QuantizedWeight, quantize_rtn
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def _w(N, K, g=128, seed=0, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    return quantize_rtn(torch.randn(N, K, generator=gen) * 0.05, g).to(device)
+
+
+def _x(M, K, seed=1, device="cpu"):
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(M, K, generator=gen).half().to(device)
+
+
+# ---------------------------------------------------------------- CPU
+
+def test_reference_equals_dequantized_matmul():
+    w, x = _w(24, 256), _x(3, 256)
+    want = (x.float() @ w.dequantize(torch.float32).t()).half()
+    assert torch.equal(ops.gemv(x, w), want)
+    assert torch.equal(ops.gemm(x, w), want)
+
+
+def test_matmul_picks_gemv_or_gemm():
+    w = _w(8, 128)
+    assert ops.matmul(_x(8, 128), w).shape == (8, 8)
+    assert ops.matmul(_x(9, 128), w).shape == (9, 8)
+
+
+def test_noncontiguous_x_is_accepted():
+    w = _w(16, 128)
+    x = _x(128, 4).t()  # [4, 128] non-contiguous
+    torch.testing.assert_close(ops.gemv(x, w), ops.gemv(x.contiguous(), w), rtol=0, atol=0)
+
+
+def test_tolerance_is_tight():
+    w, x = _w(32, 512), _x(2, 512)
+    tol = reference.tolerance(x, w)
+    y = reference.matmul(x.float(), w)
+    assert (tol < 0.05 * y.abs().max() + 1e-3).all()
+
+
+@pytest.mark.parametrize("bad,err,match", [
+    (lambda x, w: ops.gemv(x.float(), w), TypeError, "x must have dtype"),
+    (lambda x, w: ops.gemv(x[:, :64], w), ValueError, "K=64"),
+    (lambda x, w: ops.gemv(torch.cat([x] * 5), w), ValueError, "M = 1..8"),
+    (lambda x, w: ops.gemv(x, w.qweight), TypeError, "QuantizedWeight"),
+    (lambda x, w: ops.gemv(x[0], w), ValueError, "2-D"),
+    (lambda x, w: ops.gemv(x, w, max_ctas=0), ValueError, "max_ctas"),
+    (lambda x, w: ops.gemv(x, w, backend="fast"), ValueError, "backend"),
+    (lambda x, w: ops.gemv(x, w, backend="cuda"), ValueError, "CUDA tensors"),
+])
+def test_bad_input(bad, err, match):
+    with pytest.raises(err, match=match):
+        bad(_x(2, 256), _w(16, 256))
+
+
+def test_bad_weight_objects():
+    w = _w(16, 256)
+    with pytest.raises(ValueError, match="scales must have shape"):
+        QuantizedWeight(w.qweight, w.scales[:, :1].contiguous(), 16, 256, 128)
+    with pytest.raises(TypeError, match="scales must be a float16"):
+        QuantizedWeight(w.qweight, w.scales.float(), 16, 256, 128)
+    with pytest.raises(ValueError, match="group_size must be one of"):
+        QuantizedWeight(w.qweight, w.scales, 16, 256, 256)
+    with pytest.raises(ValueError, match="not a multiple of group_size"):
+        quantize_rtn(torch.randn(4, 96), 64)
+    with pytest.raises(TypeError, match="int32"):
+        QuantizedWeight(w.qweight.to(torch.int64), w.scales, 16, 256, 128)
+
+
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+def test_device_mismatch_is_an_error():
+    with pytest.raises(ValueError, match="on"):
+        ops.gemv(_x(1, 256).cuda(), _w(8, 256))
+
+
+# ---------------------------------------------------------------- GPU
+
+def _check(y, x, w):
+    ref = reference.matmul(x.float(), w)
+    tol = reference.tolerance(x, w, ref)
+    err = (y.float() - ref).abs()
+    assert torch.isfinite(y).all(), "kernel left unwritten (NaN) outputs"
+    bad = err > tol
+    assert not bad.any(), f"{int(bad.sum())} entries over tolerance; worst err {err.max().item():.3g}"
+
+
+SHAPES = [(1, 896, 896), (1, 4864, 896), (3, 896, 4864), (8, 1536, 8960), (5, 257, 512), (2, 1, 128),
+          (7, 33, 96), (4, 1023, 1152), (1, 5, 17408 // 8 * 8)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("g", [32, 64, 128])
+@pytest.mark.parametrize("M,N,K", SHAPES)
+def test_gemv_matches_reference(M, N, K, g, nan_empty):
+    if K % g:
+        pytest.skip("K not a multiple of the group")
+    w, x = _w(N, K, g, device="cuda"), _x(M, K, device="cuda")
+    out = nan_empty(M, N)
+    binding.gemv(x, w.qweight, w.scales, g, out)
+    torch.cuda.synchronize()
+    _check(out, x, w)
+    torch.testing.assert_close(ops.gemv(x, w, backend="cuda"), out, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 3, 8, 9, 16, 17, 33, 64, 100, 257])
+@pytest.mark.parametrize("N,K,g", [(896, 896, 128), (4864, 896, 64), (896, 4864, 128), (131, 96, 32),
+                                   (1000, 2080, 32)])
+def test_gemm_matches_reference(M, N, K, g, nan_empty):
+    w, x = _w(N, K, g, device="cuda"), _x(M, K, device="cuda")
+    out = nan_empty(M, N)
+    binding.gemm(x, w.qweight, w.scales, g, out)
+    torch.cuda.synchronize()
+    _check(out, x, w)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fn,M", [(ops.gemv, 1), (ops.gemv, 4), (ops.gemv, 8), (ops.gemm, 16), (ops.gemm, 70)])
+@pytest.mark.parametrize("N,K", [(896, 4864), (4864, 896), (300, 17408 // 128 * 128)])
+def test_bit_identical_for_any_grid_cap(fn, M, N, K):
+    w, x = _w(N, K, device="cuda"), _x(M, K, device="cuda")
+    full = fn(x, w, backend="cuda")
+    for cap in (1, 3, 40, 132, 1000):
+        assert torch.equal(fn(x, w, max_ctas=cap, backend="cuda"), full), f"max_ctas={cap} changed the result"
+
+
+@pytest.mark.gpu
+def test_kernels_capture_in_cuda_graph():
+    w, x = _w(512, 1024, device="cuda"), _x(1, 1024, device="cuda")
+    x16 = _x(16, 1024, device="cuda")
+    ops.gemv(x, w), ops.gemm(x16, w)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y1 = ops.gemv(x, w)
+        y2 = ops.gemm(x16, w)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y1, ops.gemv(x, w)) and torch.equal(y2, ops.gemm(x16, w))
+
+
+@pytest.mark.gpu
+def test_gemv_unaligned_x_view():
+    w = _w(64, 256, device="cuda")
+    buf = _x(1, 257, device="cuda")
+    x = buf[:, 1:]  # 2-byte offset: copied to an aligned buffer by the op
+    _check(ops.gemv(x, w, backend="cuda"), x, w)
