@@ -330,3 +330,85 @@ def test_compute_bound_projection():
     low = projection._paced({"w4a16_gemm": {"rows": rows}})["w4a16_gemm"]["paced"]
     assert rows[1]["sm_mhz"] == 1590 and rows[2]["sm_mhz"] < 1590
     assert low["cap"] == 0.25 and low["throughput"] == rows[1]["throughput"]  # the fastest cap still at 1590 MHz
+
+
+# ------------------------------------------- the sweep runner, with the GPU faked
+class _FakeEvent:
+    def __init__(self, enable_timing=False):
+        self.t = None
+
+    def record(self):
+        import time
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, other):
+        return (other.t - self.t) * 1e3
+
+
+class _FakeSampler:
+    """Stands in for telemetry.Sampler: 100 readings/s of a made-up power and clock."""
+    def __init__(self, interval=0.05, index=0):
+        self.samples, self.why = [], None
+
+    def __enter__(self):
+        import time
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        import time
+        n = int((time.perf_counter() - self._t0) * 100)
+        self.samples = [{"t": i / 100, "power_w": 50.0 + (i % 2), "sm_mhz": 1500, "mem_mhz": 5000, "temp_c": 60,
+                         "reasons": ["sw_power_cap"] if i % 10 == 0 else []} for i in range(n)]
+
+
+def test_sweep_runner_logic_with_faked_gpu(monkeypatch, tmp_path):
+    import time
+    from t4lib.pacing import kernels
+    calls = []
+
+    def build(device, size):
+        def call(ctas):
+            calls.append(ctas)
+            time.sleep(0.002)  # 2 ms of "GPU work" per call
+            return torch.full((4,), 1.0)
+        return kernels.Workload(call, 1e6, {"n": 4})
+
+    monkeypatch.setitem(kernels.KERNELS, "fake", kernels.PacedKernel(
+        "fake", "memory-bound", "B", lambda: 8, build, cap_kwarg="max_blocks"))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    monkeypatch.setattr(torch.cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(sweep.telemetry, "Sampler", _FakeSampler)
+    monkeypatch.setattr(sweep.grid, "device_limits", lambda device=None: grid.T4_LIMITS)
+    monkeypatch.setattr(sweep.hw, "device_info", lambda: {"torch": "x", "driver": "y", "capability": (7, 5)})
+    monkeypatch.setattr(sweep, "device_power_info", lambda: {"power_limit_w": 70.0, "max_sm_mhz": 1590})
+    monkeypatch.setattr(sweep, "idle_power", lambda interval=0.05: {"power_avg_w": 10.0})
+    def broken(device, size):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setitem(kernels.KERNELS, "broken", kernels.PacedKernel("broken", "compute-bound", "FLOP", lambda: 4,
+                                                                       broken))
+    monkeypatch.setitem(kernels.KERNELS, "absent", kernels.PacedKernel(
+        "absent", "compute-bound", "FLOP", lambda: 4, broken, why_unavailable=lambda: "not written yet"))
+    s = sweep.run_sweep(["broken", "absent", "fake"], caps=(0.25, 1.0), window_s=0.5, settle_s=0.1, progress=False)
+    assert "kernel exploded" in s["kernels"]["broken"]["skipped"]
+    assert s["kernels"]["absent"]["skipped"] == "not written yet"
+    e = s["kernels"]["fake"]
+    assert [r["cap"] for r in e["rows"]] == [0.25, 1.0]
+    assert set(calls) == {40, 160}  # T4: 1 and 4 CTAs of 8 warps per SM
+    for r in e["rows"]:
+        assert r["bitwise_equal_to_first_cap"] and r["batch_calls"] >= 5
+        assert 0.3 < r["measured_s"] < 0.6
+        assert 1e6 / 0.004 < r["throughput"] < 1e6 / 0.0019  # ~ one call per 2 ms
+        assert r["power_avg_w"] == pytest.approx(50.5, abs=0.1) and r["power_cap_event"]
+        assert r["reason_fraction"]["sw_power_cap"] == pytest.approx(0.1, abs=0.05)
+        assert r["energy_per_unit_j"] == pytest.approx(r["power_avg_w"] / r["throughput"])
+        assert len(r["trace"]["t"]) <= sweep.TRACE_POINTS and r["throughput_trace"]["value"]
+    json.dumps(s)  # serializable as is
+    d = controller.choose(s, "fake", 60.0)
+    assert d.cap is None and "sw_power_cap" in d.evidence[0]["why_not"]

@@ -21,8 +21,8 @@ import torch
 
 @dataclass
 class Workload:
-    """Inputs built once; ``call(ctas)`` launches the kernel on them."""
-    call: Callable[[int], torch.Tensor]
+    """Inputs built once; ``call(ctas)`` launches the kernel on them (``None``: uncapped)."""
+    call: Callable[[int | None], torch.Tensor]
     work_per_call: float
     shape: dict[str, Any]
 
@@ -55,8 +55,8 @@ def _int4_build(device: torch.device, size: str) -> Workload:
     scales = (torch.rand(n_words * 8 // group, device=device, generator=g) + 0.5).to(torch.float16)
     backend = "cuda" if device.type == "cuda" else "reference"
 
-    def call(ctas: int) -> torch.Tensor:
-        return int4_dequant(packed, scales, group, backend=backend, max_blocks=int(ctas))
+    def call(ctas: int | None) -> torch.Tensor:
+        return int4_dequant(packed, scales, group, backend=backend, max_blocks=None if ctas is None else int(ctas))
 
     nbytes = n_words * 4 + n_words * 8 * 2 + scales.numel() * 2  # read packed + scales, write fp16
     return Workload(call, float(nbytes), {"n_words": n_words, "values": n_words * 8, "group_size": group})
@@ -104,8 +104,8 @@ def _w4a16_build(device: torch.device, size: str) -> Workload:
     qw = quantize_rtn(w, group_size=128)
     x = torch.randn(M, K, device=device, generator=g, dtype=torch.float32).to(dt)
 
-    def call(ctas: int) -> torch.Tensor:
-        return gemm(x, qw, max_ctas=int(ctas))
+    def call(ctas: int | None) -> torch.Tensor:
+        return gemm(x, qw, max_ctas=None if ctas is None else int(ctas))
 
     return Workload(call, float(2 * M * N * K), {"M": M, "N": N, "K": K, "group_size": 128})
 
