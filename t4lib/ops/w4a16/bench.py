@@ -1,0 +1,251 @@
+"""W4A16 benchmark: GEMV and prefill GEMM against cuBLAS fp16 (and bitsandbytes NF4
+when installed), and decode serving of Qwen2.5-0.5B- and 7B-shaped models (random
+weights) against Hugging Face ``generate`` with a static cache.
+
+Shapes are written ``KxN`` (in_features x out_features), e.g. ``5120x17408`` is
+a 5120 -> 17408 projection. ``bytes_moved`` for the quantized kernels is what
+they read and write: packed weights + scales + x + y. Entry point:
+``run(out_dir)`` writes ``w4a16_gemv.json``, ``w4a16_gemm.json`` and
+``w4a16_serving.json`` under ``out_dir`` and returns all figures.
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ... import bench, hw, results
+from ...quant.w4a16 import QuantizedWeight
+from . import gemm, gemv
+
+SOURCE = "t4lib.ops.w4a16.bench"
+GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896), (896, 896), (1536, 8960),
+               (8960, 1536)]
+GEMV_MULTI_M = [(2, 5120, 17408), (4, 5120, 17408), (8, 5120, 17408), (2, 896, 4864), (4, 896, 4864),
+                (8, 896, 4864)]
+GEMM_SHAPES = [(5120, 17408), (896, 4864)]
+GEMM_M = [16, 32, 64, 128, 512]
+
+QWEN05 = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+              num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+              tie_word_embeddings=True, rope_theta=1000000.0)
+QWEN7B = dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
+              num_attention_heads=28, num_key_value_heads=4, max_position_embeddings=32768,
+              tie_word_embeddings=False, rope_theta=1000000.0)
+
+
+def _bnb():
+    try:
+        import bitsandbytes as bnb  # noqa: F401
+        return bnb
+    except Exception:
+        return None
+
+
+def _rand_qw(N, K, g=128, dev="cuda"):
+    q = torch.randint(-2 ** 31, 2 ** 31 - 1, (N, K // 8), dtype=torch.int32, device=dev)
+    s = (torch.rand(N, K // g, device=dev) * 0.01 + 0.001).half()
+    return q, s
+
+
+def _qbytes(M, K, N, g=128):
+    return N * K // 2 + N * (K // g) * 2 + M * K * 2 + M * N * 2
+
+
+def gemv_cases(M, K, N, with_bnb=True):
+    dev = "cuda"
+    cases = {
+        "cublas_fp16": (lambda x, w: F.linear(x, w),
+                        lambda: (torch.randn(M, K, device=dev).half(), torch.randn(N, K, device=dev).half() * 0.02)),
+        "w4a16_gemv": (lambda x, q, s: gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda"),
+                       lambda: (torch.randn(M, K, device=dev).half(), *_rand_qw(N, K))),
+    }
+    bnb = _bnb() if with_bnb else None
+    if bnb is not None:
+        import bitsandbytes.functional as bf
+
+        def make_nf4():
+            w = torch.randn(N, K, device=dev).half() * 0.02
+            packed, state = bf.quantize_4bit(w, quant_type="nf4")
+            del w
+            return torch.randn(M, K, device=dev).half(), packed, state
+
+        cases["bnb_nf4"] = (lambda x, p, st: bnb.matmul_4bit(x, p.t(), quant_state=st), make_nf4)
+    return cases
+
+
+def _gemv_section(figs, errors, quick):
+    it = 10 if quick else 20
+    for (K, N) in GEMV_SHAPES:
+        name = f"w4a16_gemv/M1/{K}x{N}"
+        try:
+            try:
+                res = bench.compare(gemv_cases(1, K, N), "cublas_fp16", bytes_moved=_qbytes(1, K, N), rounds=3,
+                                    iters=it)
+            except Exception as e:  # bitsandbytes failing must not cost the other cases
+                if _bnb() is None:
+                    raise
+                errors.append(f"{name} with bnb_nf4: {type(e).__name__}: {e}; rerun without it")
+                res = bench.compare(gemv_cases(1, K, N, with_bnb=False), "cublas_fp16", bytes_moved=_qbytes(1, K, N),
+                                    rounds=3, iters=it)
+            figs += bench.to_figures(res, name, SOURCE)
+            fp16_bytes = N * K * 2 + K * 2 + N * 2
+            st = res["cases"]["cublas_fp16"]
+            figs.append(results.figure(f"{name}/cublas_fp16/frac_copy_bw_own_bytes",
+                                       fp16_bytes / st["median_s"] / res["copy_bw_Bps"], "fraction", "ARITHMETIC",
+                                       SOURCE, note=f"cuBLAS reads its fp16 weight: {fp16_bytes} bytes / median "
+                                                    f"time / copy bandwidth"))
+            if "bnb_nf4" in res["cases"]:
+                figs.append(results.figure(f"{name}/w4a16_gemv/speedup_vs_bnb_nf4",
+                                           res["cases"]["bnb_nf4"]["median_s"] / res["cases"]["w4a16_gemv"]["median_s"],
+                                           "x", "ARITHMETIC", SOURCE, note="median bnb NF4 / median w4a16, same run"))
+        except Exception as e:
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+    if _bnb() is None:
+        errors.append("bitsandbytes not importable: NF4 cases skipped")
+    for (M, K, N) in GEMV_MULTI_M:
+        name = f"w4a16_gemv/M{M}/{K}x{N}"
+        try:
+            res = bench.compare(gemv_cases(M, K, N, with_bnb=False), "cublas_fp16", bytes_moved=_qbytes(M, K, N),
+                                rounds=3, iters=it)
+            figs += bench.to_figures(res, name, SOURCE)
+        except Exception as e:
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+
+
+def _gemm_section(figs, errors, quick):
+    from ..int4 import int4_dequant
+
+    dev = "cuda"
+    for (K, N) in GEMM_SHAPES:
+        for M in GEMM_M[:3] if quick else GEMM_M:
+            name = f"w4a16_gemm/M{M}/{K}x{N}"
+            try:
+                def deq_cublas(x, q, s):
+                    w = int4_dequant(q.view(-1), s.view(-1), 128, backend="cuda").view(N, K)
+                    return F.linear(x, w)
+
+                cases = {
+                    "dequant_then_cublas": (deq_cublas, lambda: (torch.randn(M, K, device=dev).half(),
+                                                                 *_rand_qw(N, K))),
+                    "cublas_fp16": (lambda x, w: F.linear(x, w), lambda: (torch.randn(M, K, device=dev).half(),
+                                                                          torch.randn(N, K, device=dev).half())),
+                    "w4a16_gemm": (lambda x, q, s: gemm(x, QuantizedWeight(q, s, N, K, 128), backend="cuda"),
+                                   lambda: (torch.randn(M, K, device=dev).half(), *_rand_qw(N, K))),
+                }
+                res = bench.compare(cases, "dequant_then_cublas", bytes_moved=_qbytes(M, K, N), flops=2 * M * N * K,
+                                    rounds=3, iters=10, max_sets=16)
+                figs += bench.to_figures(res, name, SOURCE)
+            except Exception as e:
+                errors.append(f"{name}: {type(e).__name__}: {e}")
+
+
+def build_random_model(cfg_kw: dict, dev="cuda"):
+    """A random-weight Qwen2 causal LM built directly in fp16 on ``dev``."""
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    cfg = Qwen2Config(**cfg_kw)
+    torch.manual_seed(0)
+    with torch.device(dev):
+        m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float16)
+    return m.eval()
+
+
+def _time(fn, reps=3):
+    ts = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
+
+
+def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: int = 16, hf_baseline: bool = True):
+    """Figures for one model shape: HF static-cache generate (fp16) vs StaticEngine fp16 and W4A16."""
+    from ...quant import quantize_model, weight_bytes
+    from ...serving import StaticEngine, hf_generate
+
+    figs = []
+    env = results.environment()
+    m = build_random_model(cfg_kw)
+    ids = torch.randint(0, cfg_kw["vocab_size"], (1, prompt_len), device="cuda")
+    fp16_bytes = weight_bytes(m)
+    n_dec = new_tokens - 1
+    if hf_baseline:
+        hf_generate(m, ids, new_tokens)  # warm-up: same cache length, so the compiled forward is reused
+        t_hf = _time(lambda: hf_generate(m, ids, new_tokens))
+        figs.append(results.figure(f"{label}/hf_static/tokens_per_s", new_tokens / t_hf, "tokens/s", "MEASURED",
+                                   SOURCE, env=env, note="model.generate(cache_implementation='static'), greedy, "
+                                                         f"{new_tokens} new tokens after {prompt_len}, end to end"))
+    eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
+    eng.generate(ids, 8)
+    r16 = eng.generate(ids, new_tokens)
+    figs.append(results.figure(f"{label}/engine_fp16/decode_tokens_per_s", r16.decode_tokens_per_s, "tokens/s",
+                               "MEASURED", SOURCE, env=env, graph=r16.graph, graph_error=r16.graph_error))
+    del eng
+    quantize_model(m)  # RTN g128 on the GPU, lm_head and embeddings fp16
+    q_bytes = weight_bytes(m)
+    torch.cuda.empty_cache()
+    eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
+    eng.generate(ids, 8)
+    t_e2e = _time(lambda: eng.generate(ids, new_tokens))
+    r = eng.generate(ids, new_tokens)
+    figs += [
+        results.figure(f"{label}/engine_w4a16/tokens_per_s", new_tokens / t_e2e, "tokens/s", "MEASURED", SOURCE,
+                       env=env, note="end to end like the HF figure (prefill + decode)", graph=r.graph,
+                       graph_error=r.graph_error),
+        results.figure(f"{label}/engine_w4a16/decode_tokens_per_s", r.decode_tokens_per_s, "tokens/s", "MEASURED",
+                       SOURCE, env=env),
+        results.figure(f"{label}/engine_w4a16/ttft", r.ttft_s * 1e3, "ms", "MEASURED", SOURCE, env=env,
+                       prompt_len=prompt_len),
+        results.figure(f"{label}/engine_w4a16/peak_mem", r.peak_mem_bytes / 2 ** 20, "MiB", "MEASURED", SOURCE,
+                       env=env),
+        results.figure(f"{label}/weight_mem_fp16", fp16_bytes / 2 ** 20, "MiB", "MEASURED", SOURCE, env=env),
+        results.figure(f"{label}/weight_mem_w4a16", q_bytes / 2 ** 20, "MiB", "MEASURED", SOURCE, env=env),
+        results.figure(f"{label}/weight_mem_cut", 1 - q_bytes / fp16_bytes, "fraction", "ARITHMETIC", SOURCE,
+                       note="1 - W4A16 bytes / fp16 bytes of all parameters and buffers (embeddings and lm_head "
+                            "stay fp16 under the default policy)"),
+        results.figure(f"{label}/engine_w4a16/frac_copy_bw", r.frac_copy_bw, "fraction", "ARITHMETIC", SOURCE,
+                       note=f"bandwidth achieved: {r.bytes_per_step:.4g} bytes per decode step (all Linear weights "
+                            f"incl. lm_head + mean KV cache) x decode steps/s / copy bandwidth"),
+        results.figure(f"{label}/engine_w4a16/t4_projection_decode", 1.0 / hw.t4_time_estimate(r.bytes_per_step),
+                       "tokens/s", "ESTIMATED", SOURCE, note="T4 roofline: bytes per decode step / 260 GB/s"),
+    ]
+    if hf_baseline:
+        figs.append(results.figure(f"{label}/engine_w4a16/speedup_vs_hf_static", t_hf / t_e2e, "x", "ARITHMETIC",
+                                   SOURCE, note="end-to-end time of HF static-cache generate (fp16) / StaticEngine "
+                                                "W4A16, same prompt and token count, same process"))
+    del eng, m
+    torch.cuda.empty_cache()
+    return figs
+
+
+def run(out_dir: str | Path, quick: bool = False, serving: bool = True) -> list[dict]:
+    """Run every section (one failing section does not stop the others); write three results files."""
+    out_dir = Path(out_dir)
+    all_figs = []
+    for fname, section in (("w4a16_gemv.json", _gemv_section), ("w4a16_gemm.json", _gemm_section)):
+        figs, errors = [bench.copy_bandwidth_figure(SOURCE)], []
+        try:
+            section(figs, errors, quick)
+        except Exception:
+            errors.append(traceback.format_exc(limit=3))
+        results.write(out_dir / fname, figs, errors=errors, shapes="KxN (in x out)")
+        all_figs += figs
+    if serving:
+        figs, errors = [], []
+        for label, cfg, n in (("serve/qwen2.5-0.5b-shape", QWEN05, 128), ("serve/qwen2.5-7b-shape", QWEN7B, 128)):
+            try:
+                figs += serve_compare(label, cfg, new_tokens=n // (2 if quick else 1))
+            except Exception as e:
+                errors.append(f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+                torch.cuda.empty_cache()
+        results.write(out_dir / "w4a16_serving.json", figs, errors=errors,
+                      note="random weights, batch 1, greedy; HF baseline is fp16 with a static cache")
+        all_figs += figs
+    return all_figs
