@@ -10,7 +10,8 @@ the strict one): ``atol = 2e-3``, ``rtol = 2e-2``.
 Both sides are compared in float64, so the rule itself adds no rounding.
 An element passes iff ``|a - r| <= max(atol, rtol * |r|)``; its *usage*
 ``|a - r| / max(atol, rtol * |r|)`` is the fraction of the tolerance it spends
-(<= 1 passes). A NaN on either side fails; equal infinities pass. The
+(<= 1 passes). A NaN on either side fails, and so do infinities that are not equal on both
+sides; equal infinities pass. The
 calibration asks for a margin (usage <= ``margin`` < 1) so a plan accepted on
 calibration inputs keeps headroom on inputs it has not seen.
 """
@@ -87,7 +88,7 @@ def compare(actual: torch.Tensor, reference: torch.Tensor, rule="strict", *, chu
         diff = (ac - rc).abs()
         same_inf = torch.isinf(ac) & torch.isinf(rc) & (ac == rc)
         diff = torch.where(same_inf, torch.zeros_like(diff), diff)
-        bad_nan = torch.isnan(diff)
+        bad_nan = torch.isnan(diff) | torch.isinf(diff)   # NaN, or infinities that differ
         tol = torch.clamp(rtol * rc.abs(), min=atol)
         usage = torch.where(tol > 0, diff / tol.clamp_min(1e-300), torch.where(diff > 0, torch.full_like(diff, float("inf")), diff))
         usage = torch.where(bad_nan, torch.full_like(usage, float("inf")), usage)
