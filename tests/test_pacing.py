@@ -74,6 +74,7 @@ def test_no_gpu_gives_clear_errors_and_explained_noop():
         grid.device_limits()
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
         sweep.run_sweep(["int4_dequant"], window_s=1)
+    assert cli_main(["sweep", "--out", "/nonexistent/never-written"]) == 2
     d = controller.choose(_sweep(), "mem", 100)
     out = controller.launch_kwargs(d)
     assert out["kwargs"] == {} and "no CUDA device" in out["note"]
@@ -238,6 +239,7 @@ def test_figures_save_load_roundtrip(tmp_path):
     assert back["kernels"]["int4_dequant"]["rows"][2]["throughput"] == 100.0
     assert recorded.find_recorded(tmp_path) == [path]
     assert cli_main(["decide", "--sweep", str(path), "--budget", "55", "--kernel", "int4_dequant"]) == 0
+    assert cli_main(["decide", "--sweep", str(path), "--budget", "5", "--kernel", "int4_dequant"]) == 2  # < idle
 
 
 def test_find_recorded_ignores_synthetic(tmp_path):

@@ -27,7 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.cmd == "sweep":
         from .sweep import run_sweep
-        sw = run_sweep(a.kernels, a.caps, window_s=a.window_s, settle_s=a.settle_s, interval=a.interval)
+        try:
+            sw = run_sweep(a.kernels, a.caps, window_s=a.window_s, settle_s=a.settle_s, interval=a.interval)
+        except (RuntimeError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
         path, figs = report.save(sw, a.out)
         for n, e in sw["kernels"].items():
             print(report.clock_finding(sw, n) if e.get("rows") else f"{n}: {e.get('skipped')}")
@@ -35,8 +39,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{n}: {e['error']}")
         print(f"wrote {path} ({len(figs)} figures)")
         return 0
-    sw = recorded.load_sweep(a.sweep)
-    dec = controller.choose(sw, a.kernel, a.budget)
+    try:
+        sw = recorded.load_sweep(a.sweep)
+        dec = controller.choose(sw, a.kernel, a.budget)
+    except (OSError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print(json.dumps(dec.as_dict(), indent=1))
     return 0
 
