@@ -91,6 +91,18 @@ def test_kernel_slots():
         kernels.get("nope")
 
 
+def test_w4a16_workload_on_cpu_reference():
+    from t4lib.pacing import kernels
+    k = kernels.get("w4a16_gemm")
+    if k.why_unavailable():
+        pytest.skip(k.why_unavailable())
+    wl = k.build(torch.device("cpu"), "tiny")
+    M, N, K = wl.shape["M"], wl.shape["N"], wl.shape["K"]
+    out = wl.call(None)
+    assert out.shape == (M, N) and out.dtype == torch.float16 and torch.isfinite(out).all()
+    assert wl.work_per_call == 2 * M * N * K
+
+
 def test_int4_workload_runs_on_cpu_reference():
     from t4lib.pacing import kernels
     from t4lib.ops.int4 import reference

@@ -126,10 +126,7 @@ def to_figures(sweep: dict, source: str = SOURCE) -> list[dict]:
 def plot(sweep: dict, out_dir: str | Path | None = None, show: bool = False) -> list[Path]:
     """Power and SM clock over time per cap (one figure per kernel), and throughput
     and power vs cap. Saves PNGs under ``out_dir`` when given."""
-    import matplotlib
-    if not show:
-        matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # headless machines fall back to Agg by themselves
 
     tag = "SYNTHETIC, not measured" if sweep.get("synthetic") else f"MEASURED on {sweep.get('device')}"
     saved, figs = [], []
