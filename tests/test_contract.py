@@ -195,7 +195,7 @@ def test_rule_nan_inf_and_errors():
         R.strict(torch.zeros(3), torch.zeros(4))
     with pytest.raises(ValueError, match="rule"):
         R.compare(torch.zeros(3), torch.zeros(3), "lenient")
-    exact = R.compare(torch.tensor([1.0]), torch.tensor([1.0 + 1e-9]), (0.0, 0.0))
+    exact = R.compare(torch.tensor([1.0], dtype=torch.float64), torch.tensor([1.0 + 1e-9], dtype=torch.float64), (0.0, 0.0))
     assert exact.failures == 1
 
 
