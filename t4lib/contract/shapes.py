@@ -184,8 +184,8 @@ def long_context_forward(model: BaselineTransformer, shape: Shape, seed: int, *,
         for blk in model.layers:
             att = blk.attn
             h = blk.ln1(xv)
-            k = att.k_proj(h).view(Sv, H, dh).transpose(0, 1)  # [H, Sv, dh]
-            v = att.v_proj(h).view(Sv, H, dh).transpose(0, 1)
+            k = att.k_proj(h).view(Sv, H, dh).transpose(0, 1).contiguous()  # [H, Sv, dh], once per layer
+            v = att.v_proj(h).view(Sv, H, dh).transpose(0, 1).contiguous()
             out = torch.empty_like(xv)
             for q0 in range(0, Sv, q_block):
                 q1 = min(Sv, q0 + q_block)
