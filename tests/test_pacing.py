@@ -426,3 +426,33 @@ def test_sweep_runner_logic_with_faked_gpu(monkeypatch, tmp_path):
     json.dumps(s)  # serializable as is
     d = controller.choose(s, "fake", 60.0)
     assert d.cap is None and "sw_power_cap" in d.evidence[0]["why_not"]
+
+
+# ------------------------------------------------ recorded sweeps shipped in results/
+_RECORDED = recorded.find_recorded()
+
+
+@pytest.mark.skipif(not _RECORDED, reason="no measured pacing sweep under results/ yet")
+@pytest.mark.parametrize("path", _RECORDED, ids=[str(p.parent.name) for p in _RECORDED])
+def test_controller_on_recorded_sweep(path):
+    s = recorded.load_sweep(path)
+    assert not s.get("synthetic")
+    idle = (s.get("idle") or {}).get("power_avg_w")
+    for name, e in s["kernels"].items():
+        if not e.get("rows"):
+            continue
+        for r in e["rows"]:
+            assert r["bitwise_equal_to_first_cap"], f"{name} cap {r['cap']}: result changed with the cap"
+        budgets = [controller.T4_BUDGET_W, controller.binding_budget(s, name)]
+        for b in budgets:
+            if idle is not None and b <= idle:
+                with pytest.raises(ValueError, match="idle power"):
+                    controller.choose(s, name, b)
+                continue
+            d = controller.choose(s, name, b)
+            ok = [r for r in e["rows"] if r["power_avg_w"] is not None and r["power_avg_w"] < b
+                  and not set(r["reasons_seen"]) & set(sweep.POWER_CAP_REASONS)]
+            if not ok:
+                assert d.cap is None
+            else:
+                assert d.power_avg_w < b and d.throughput >= 0.995 * max(r["throughput"] for r in ok)

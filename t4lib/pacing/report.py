@@ -88,6 +88,12 @@ def to_figures(sweep: dict, source: str = SOURCE) -> list[dict]:
             if r.get("energy_per_unit_j"):
                 figs.append(results.figure(f"{p}/energy", r["energy_per_unit_j"] * div, eu, "ARITHMETIC", source,
                                            env=env, note="measured average power / measured sustained throughput"))
+        clk = [r["sm_mhz_avg"] for r in e["rows"] if r.get("sm_mhz_avg") is not None]
+        if clk:
+            figs.append(results.figure(f"pacing/{name}/sm_clock_spread_across_caps", max(clk) - min(clk), "MHz",
+                                       "ARITHMETIC", source, env={**base_env, "clocks": limit, "throttle": []},
+                                       note="max - min over caps of the measured average SM clock; "
+                                            + clock_finding(sweep, name)))
         budgets = [("t4_budget", controller.T4_BUDGET_W)]
         try:
             budgets.append(("binding_budget", controller.binding_budget(sweep, "int4_dequant")))
