@@ -42,12 +42,12 @@ def key_head_index(num_v_heads: int, num_k_heads: int, head_order: str, device=N
     return h // (num_v_heads // num_k_heads) if head_order == "hf" else h % num_k_heads
 
 
-def conv_update(qkv: torch.Tensor, conv_state: torch.Tensor, conv_w: torch.Tensor):
+def conv_update(qkv: torch.Tensor, conv_state: torch.Tensor, conv_w: torch.Tensor, dtype=torch.float32):
     """Causal depthwise conv (4 taps, no bias) + SiLU for one token.
 
-    Returns (y [B, C] fp32, new_conv_state [B, 3, C] in conv_state's dtype)."""
-    window = torch.cat([conv_state.float(), qkv.float()[:, None, :]], dim=1)  # [B, 4, C], oldest first
-    y = (window * conv_w.float().t()[None]).sum(dim=1)
+    Returns (y [B, C] in ``dtype``, new_conv_state [B, 3, C] in conv_state's dtype)."""
+    window = torch.cat([conv_state.to(dtype), qkv.to(dtype)[:, None, :]], dim=1)  # [B, 4, C], oldest first
+    y = (window * conv_w.to(dtype).t()[None]).sum(dim=1)
     new_state = torch.cat([conv_state[:, 1:], qkv[:, None, :].to(conv_state.dtype)], dim=1)
     return F.silu(y), new_state
 
@@ -56,10 +56,10 @@ def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
 
 
-def gates(alpha: torch.Tensor, beta: torch.Tensor, ssm_a: torch.Tensor, dt_bias: torch.Tensor):
+def gates(alpha: torch.Tensor, beta: torch.Tensor, ssm_a: torch.Tensor, dt_bias: torch.Tensor, dtype=torch.float32):
     """(decay [B, H], beta [B, H]) in fp32: decay = exp(ssm_a * softplus(alpha + dt_bias))."""
-    g = ssm_a.float() * F.softplus(alpha.float() + dt_bias.float())
-    return torch.exp(g), torch.sigmoid(beta.float())
+    g = ssm_a.to(dtype) * F.softplus(alpha.to(dtype) + dt_bias.to(dtype))
+    return torch.exp(g), torch.sigmoid(beta.to(dtype))
 
 
 def delta_rule_step(q, k, v, decay, b, state):
@@ -74,30 +74,33 @@ def delta_rule_step(q, k, v, decay, b, state):
     return o, s_new
 
 
-def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+def gated_rmsnorm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                  dtype=torch.float32) -> torch.Tensor:
     """Per-head RMSNorm of o [..., Dv] times weight times SiLU(z), fp32."""
-    o = o.float()
+    o = o.to(dtype)
     o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + eps)
-    return weight.float() * o * F.silu(z.float())
+    return weight.to(dtype) * o * F.silu(z.to(dtype))
 
 
 def gated_deltanet_decode(qkv, z, alpha, beta, conv_state, state, conv_w, ssm_a, dt_bias, ssm_norm, *,
                           num_k_heads: int, head_order: str = "hf", eps: float = 1e-6,
                           out_dtype: torch.dtype = torch.float16):
     """One decode step (see module docstring). Functional: returns
-    (out [B, H*Dv] out_dtype, new_conv_state [B, 3, C], new_state [B, H, Dk, Dv] fp32)."""
+    (out [B, H*Dv] out_dtype, new_conv_state [B, 3, C], new_state [B, H, Dk, Dv] fp32).
+    Computes in fp32, or in float64 when ``state`` is float64 (a precision yardstick)."""
     B, C = qkv.shape
+    cd = torch.float64 if state.dtype == torch.float64 else torch.float32
     H, Dk, Dv = state.shape[1], state.shape[2], state.shape[3]
     HK = num_k_heads
-    y, new_conv = conv_update(qkv, conv_state, conv_w)
+    y, new_conv = conv_update(qkv, conv_state, conv_w, cd)
     q, k, v = torch.split(y, [HK * Dk, HK * Dk, H * Dv], dim=-1)
     q = l2norm(q.reshape(B, HK, Dk)) / (Dk ** 0.5)
     k = l2norm(k.reshape(B, HK, Dk))
     v = v.reshape(B, H, Dv)
     kh = key_head_index(H, HK, head_order, device=qkv.device)
-    decay, b = gates(alpha, beta, ssm_a, dt_bias)
-    o, new_state = delta_rule_step(q[:, kh], k[:, kh], v, decay, b, state.float())
-    out = gated_rmsnorm(o, z.reshape(B, H, Dv), ssm_norm, eps).reshape(B, H * Dv)
+    decay, b = gates(alpha, beta, ssm_a, dt_bias, cd)
+    o, new_state = delta_rule_step(q[:, kh], k[:, kh], v, decay, b, state.to(cd))
+    out = gated_rmsnorm(o, z.reshape(B, H, Dv), ssm_norm, eps, cd).reshape(B, H * Dv)
     return out.to(out_dtype), new_conv, new_state
 
 
