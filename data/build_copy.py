@@ -32,9 +32,9 @@ LAST = ["Lopez", "Chen", "Novak", "Silva", "Okafor", "Berg", "Rossi", "Kim", "Ha
         "Costa", "Ivanova", "Mendes", "Tanaka", "Dubois", "Larsen"]
 CITIES = ["Porto", "Lima", "Oslo", "Quito", "Riga", "Accra", "Hanoi", "Perth", "Dakar", "Turin",
           "Bergen", "Leeds", "Cusco", "Graz", "Malmo", "Tunis"]
-WORDS = ["apple", "river", "pencil", "garden", "window", "tiger", "candle", "rocket", "violin",
+WORDS = ["apple", "river", "pencil", "garden", "window", "tiger", "pebble", "rocket", "violin",
          "basket", "ladder", "mirror", "saddle", "pepper", "harbor", "meadow", "button", "castle",
-         "jacket", "kettle", "lemon", "marble", "noodle", "pillow", "ribbon", "turnip"]
+         "jacket", "parrot", "lemon", "marble", "noodle", "pillow", "ribbon", "turnip"]
 VARS = ["MAX_RETRIES", "TIMEOUT", "BATCH_SIZE", "PORT", "WORKERS", "BUFFER", "LIMIT", "DEPTH",
         "STEPS", "WIDTH", "HEIGHT", "CACHE_SIZE"]
 FUNCS = ["load", "parse", "fetch", "store", "clean", "merge", "split", "render"]

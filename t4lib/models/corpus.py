@@ -59,39 +59,46 @@ def chat_doc(user: str, assistant: str, system: str | None = None) -> str:
     return "".join(f"{schema.IM_START}{r}\n{c}{schema.IM_END}\n" for r, c in msgs)
 
 
-def pretrain_documents(root=None, seed: int = 0, chat_fraction: float = 0.2,
-                       math_repeat: int = 1) -> list[str]:
-    """Pretraining documents (each ends with EOS), shuffled deterministically.
+def pretrain_pairs(root=None, seed: int = 0, chat_fraction: float = 0.2,
+                   math_repeat: int = 1) -> list[tuple[str, str]]:
+    """Pretraining documents as ``(prompt, completion)`` pairs (the completion
+    ends with EOS), shuffled deterministically.
 
     Mix: math train problems (plain, ``math_repeat`` times), the honesty train
-    set (plain), copy train tasks (plain) and a ``chat_fraction`` of them again
-    in ChatML form. Reasoning traces are *not* included: they are kept for the
-    SFT stage, whose effect would otherwise be hidden.
+    set (plain), copy train tasks (plain) and a ``chat_fraction`` of the math
+    and copy records again in ChatML form (prompt = everything up to the
+    assistant turn). Reasoning traces are *not* included: they are kept for
+    the SFT stage, whose effect would otherwise be hidden.
     """
     rng = random.Random(seed)
     docs = []
     for _ in range(math_repeat):
         for rec in load_jsonl("math_train.jsonl", root):
-            p, c = math_doc(rec)
-            docs.append(p + c)
+            docs.append(math_doc(rec))
     for rec in load_jsonl("honesty_train.jsonl", root):
-        p, c = math_doc(rec)
-        docs.append(p + c)
+        docs.append(math_doc(rec))
     for rec in load_jsonl("copy_train.jsonl", root):
-        p, c = copy_doc(rec)
-        docs.append(p + c)
-    chats = []
+        docs.append(copy_doc(rec))
     for rec in load_jsonl("math_train.jsonl", root) + load_jsonl("copy_train.jsonl", root):
         if rng.random() < chat_fraction:
             if "question" in rec:
-                chats.append(chat_doc(rec["question"], schema.math_completion(rec["steps"], rec["answer"]).strip(),
-                                      schema.MATH_SYSTEM))
+                user, reply, system = (rec["question"], schema.math_completion(rec["steps"], rec["answer"]).strip(),
+                                       schema.MATH_SYSTEM)
             else:
-                p, c = copy_doc(rec)
-                chats.append(chat_doc(p.rstrip("\n"), c))
-    docs = [d + schema.EOS for d in docs + chats]
+                p, reply = copy_doc(rec)
+                user, system = p.rstrip("\n"), None
+            full = chat_doc(user, reply, system)
+            cut = full.rindex(schema.IM_START + "assistant\n") + len(schema.IM_START + "assistant\n")
+            docs.append((full[:cut], full[cut:]))
+    docs = [(p, c + schema.EOS) for p, c in docs]
     rng.shuffle(docs)
     return docs
+
+
+def pretrain_documents(root=None, seed: int = 0, chat_fraction: float = 0.2,
+                       math_repeat: int = 1) -> list[str]:
+    """:func:`pretrain_pairs` joined into plain strings."""
+    return [p + c for p, c in pretrain_pairs(root, seed, chat_fraction, math_repeat)]
 
 
 def tokenizer_corpus(root=None) -> list[str]:

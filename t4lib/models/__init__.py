@@ -1,0 +1,111 @@
+"""Models: one loading path for local checkpoints and Hugging Face ids, and the
+project's tiny pretrained models (:mod:`t4lib.models.tiny`).
+
+    from t4lib import models
+    model, tok = models.load("tiny-cpu")                 # committed preset
+    model, tok = models.load("data/models/tiny-cpu")     # any local directory
+    model, tok = models.load("Qwen/Qwen2.5-0.5B")        # hub id (cache or network)
+
+Importing this module imports neither torch nor transformers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["load", "ModelNotAvailableError"]
+
+
+class ModelNotAvailableError(OSError):
+    """A model id is neither a local path nor in the Hugging Face cache, and the
+    hub cannot be reached."""
+
+
+def _dtype_kw(dtype):
+    """``dtype=`` on transformers >= 4.56 (and 5.x), ``torch_dtype=`` before."""
+    if dtype is None:
+        return {}
+    import transformers
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def _offline_env() -> bool:
+    return any(os.environ.get(k, "").lower() in ("1", "true", "yes", "on")
+               for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None = None,
+         trust_remote_code: bool = False, **kwargs):
+    """Return ``(model, tokenizer)`` for a preset name, a local directory or a
+    Hugging Face id.
+
+    * a preset name of :mod:`t4lib.models.tiny` (``"tiny-cpu"``, ``"tiny-gpu"``)
+      loads ``data/models/<preset>``; a missing checkpoint raises
+      FileNotFoundError naming the path and the command that trains it;
+    * an existing directory loads with ``from_pretrained`` (never touches the network);
+    * anything else is a hub id: the local cache is tried first; then, unless
+      ``offline`` (default: ``HF_HUB_OFFLINE``/``TRANSFORMERS_OFFLINE``), the hub.
+      When neither works a :class:`ModelNotAvailableError` explains what to do.
+
+    ``dtype``: a torch dtype (``None`` keeps the checkpoint's); ``device``: where
+    to put the model (``None`` leaves it on CPU).
+    """
+    if not isinstance(model_id_or_path, (str, os.PathLike)) or not str(model_id_or_path).strip():
+        raise ValueError(f"model_id_or_path must be a non-empty string or path, got {model_id_or_path!r}")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    name = str(model_id_or_path)
+    from . import tiny
+    if name in tiny.PRESETS and not Path(name).exists():
+        path = tiny.checkpoint_dir(name)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"no checkpoint for preset {name!r} at {path}; train it with "
+                f"`{tiny.train_command(name)}` (or add `--out DIR` and copy DIR to {path})")
+        name = str(path)
+
+    kw = dict(_dtype_kw(dtype), trust_remote_code=trust_remote_code, **kwargs)
+    p = Path(name).expanduser()
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise FileNotFoundError(f"model_id_or_path {name!r} is a path but has no config.json")
+        model = AutoModelForCausalLM.from_pretrained(str(p), **kw)
+        tok = AutoTokenizer.from_pretrained(str(p), trust_remote_code=trust_remote_code)
+    else:
+        if name.startswith((".", "/", "~")) or name.count("/") > 1:
+            raise FileNotFoundError(f"model_id_or_path {name!r} looks like a path but does not exist")
+        offline = _offline_env() if offline is None else bool(offline)
+        try:   # the cache first: no network needed when the model was downloaded before
+            model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True, **kw)
+            tok = AutoTokenizer.from_pretrained(name, local_files_only=True, trust_remote_code=trust_remote_code)
+        except OSError as cached_err:
+            if offline:
+                raise ModelNotAvailableError(
+                    f"model {name!r} is not a local path and is not in the Hugging Face cache "
+                    f"({_cache_dir()}), and the hub is not used (offline mode). Download it on a machine "
+                    f"with network access (`huggingface-cli download {name}`), copy the cache here, "
+                    f"or pass a local directory.") from cached_err
+            try:
+                model = AutoModelForCausalLM.from_pretrained(name, **kw)
+                tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code)
+            except Exception as err:  # network, auth or missing repository
+                raise ModelNotAvailableError(
+                    f"model {name!r} is not a local path, not in the Hugging Face cache ({_cache_dir()}), "
+                    f"and could not be fetched from the hub: {type(err).__name__}: {err}. "
+                    f"Check the id and network access, or pass a local directory.") from err
+    if tok.pad_token is None and tok.eos_token is not None:
+        tok.pad_token = tok.eos_token
+    if device is not None:
+        model = model.to(device)
+    model.eval()
+    return model, tok
+
+
+def _cache_dir() -> str:
+    try:
+        from huggingface_hub import constants
+        return str(constants.HF_HUB_CACHE)
+    except Exception:  # pragma: no cover
+        return os.environ.get("HF_HOME", "~/.cache/huggingface")

@@ -1,0 +1,469 @@
+"""Tiny Qwen2-architecture causal LMs, pretrained on the project's synthetic data.
+
+Presets (``PRESETS``):
+
+* ``tiny-cpu``: about 1.3M parameters; pretrains in a few minutes on 2 CPU cores;
+* ``tiny-gpu``: about 8M parameters; pretrains in a few minutes on one
+  data-centre GPU (bf16 autocast);
+* ``micro``: a toy configuration for tests (seconds).
+
+Both real presets use the project tokenizer (``data/tokenizer``), tied
+embeddings and a vocabulary of a little over a thousand tokens, so the fp16
+checkpoints stay small enough to commit under ``data/models/<preset>/``.
+
+Command line::
+
+    python -m t4lib.models.tiny train --preset tiny-cpu            # -> data/models/tiny-cpu
+    python -m t4lib.models.tiny train --preset tiny-gpu --out DIR  # -> DIR
+    python -m t4lib.models.tiny eval  --model data/models/tiny-cpu
+
+Training writes into the output directory: the fp16 safetensors checkpoint
+and tokenizer (``save_pretrained``), ``training_record.json`` (data sha256,
+configuration, steps, tokens, final loss, evaluation) and ``loss_curve.png``.
+
+Evaluation (all on data never trained on):
+
+* ``math_exact_match``: greedy answers to held-out 1-2 step problems (templates
+  disjoint from training) in the plain prompt form of ``schema.math_prompt``;
+  correct when ``The answer is X`` matches the SymPy answer exactly;
+* ``copy_token_accuracy``: on held-out input-grounded tasks, the fraction of
+  answer tokens the model predicts exactly (greedy argmax given the reference
+  prefix: the quantity a speculative-decoding verifier accepts);
+  ``copy_exact_match``: whole outputs generated greedily and matched exactly;
+* ``abstention_rate``: fraction of the quarantined traps answered with the
+  abstention tag (the baseline RL has to move), with the false-abstention rate
+  and accuracy on the quarantined answerable problems.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+from . import corpus, schema
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    # training
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    warmup: int
+    weight_decay: float = 0.1
+    prompt_weight: float = 0.1   # loss weight of prompt tokens (completions weigh 1)
+    math_repeat: int = 1
+    chat_fraction: float = 0.2
+    seed: int = 0
+    # evaluation sizes (held-out 1-2 step problems, copy tasks, quarantined traps)
+    eval_math: int = 400
+    eval_copy: int = 300
+    eval_honesty: int = 150
+    eval_batch: int = 64
+    threads: int | None = None
+    extra: dict = field(default_factory=dict)
+
+
+PRESETS = {
+    "tiny-cpu": Preset("tiny-cpu", hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
+                       num_key_value_heads=1, intermediate_size=384, steps=400, batch_size=16,
+                       seq_len=256, lr=3e-3, warmup=30, eval_math=300, eval_copy=300, threads=2),
+    "tiny-gpu": Preset("tiny-gpu", hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
+                       num_key_value_heads=2, intermediate_size=1024, steps=1500, batch_size=64,
+                       seq_len=256, lr=2e-3, warmup=100, eval_math=400, eval_copy=300, eval_batch=128),
+    "micro": Preset("micro", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=1, intermediate_size=64, steps=4, batch_size=4, seq_len=64,
+                    lr=1e-3, warmup=1, eval_math=4, eval_copy=4, eval_honesty=4, eval_batch=4),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]
+
+
+def checkpoint_dir(preset: str) -> Path:
+    """Committed location of a preset's checkpoint: ``data/models/<preset>``."""
+    return corpus.data_dir() / "models" / preset
+
+
+def train_command(preset: str) -> str:
+    return f"python -m t4lib.models.tiny train --preset {preset}"
+
+
+def tokenizer_dir() -> Path:
+    return corpus.data_dir() / "tokenizer"
+
+
+def load_tokenizer(path=None):
+    from transformers import AutoTokenizer
+    path = Path(path or tokenizer_dir())
+    if not (path / "tokenizer.json").is_file():
+        raise FileNotFoundError(f"tokenizer not found at {path}; build it with `python data/build_all.py`")
+    tok = AutoTokenizer.from_pretrained(str(path))
+    return tok
+
+
+def model_config(preset: Preset | str, vocab_size: int, eos_id: int, pad_id: int):
+    """``Qwen2Config`` of a preset (tied embeddings, vocab rounded up to 64)."""
+    from transformers import Qwen2Config
+    p = get_preset(preset) if isinstance(preset, str) else preset
+    vocab = -(-vocab_size // 64) * 64
+    return Qwen2Config(
+        vocab_size=vocab, hidden_size=p.hidden_size, intermediate_size=p.intermediate_size,
+        num_hidden_layers=p.num_hidden_layers, num_attention_heads=p.num_attention_heads,
+        num_key_value_heads=p.num_key_value_heads, max_position_embeddings=1024,
+        rope_theta=10000.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=pad_id,
+        use_sliding_window=False)
+
+
+def build_model(preset: Preset | str, tokenizer, seed: int = 0):
+    import torch
+    from transformers import Qwen2ForCausalLM
+    cfg = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(cfg)
+    return model
+
+
+def n_params(model) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------- data
+
+def _token_stream(tokenizer, pairs, prompt_weight: float):
+    """Token ids and per-token loss weights of ``(prompt, completion)`` pairs:
+    ``prompt_weight`` on prompt tokens, 1 on completion tokens."""
+    P = tokenizer([p for p, _ in pairs], add_special_tokens=False)["input_ids"]
+    C = tokenizer([c for _, c in pairs], add_special_tokens=False)["input_ids"]
+    return [(p + c, [prompt_weight] * len(p) + [1.0] * len(c)) for p, c in zip(P, C)]
+
+
+def _batches(docs, seq_len, batch_size, seed):
+    """Endless packed batches (ids, weights) ``[batch_size, seq_len + 1]``:
+    documents are shuffled per epoch, concatenated and cut into rows; the
+    weight of a token is applied to the loss of predicting it."""
+    import torch
+    ids = [torch.tensor(d[0], dtype=torch.long) for d in docs]
+    wts = [torch.tensor(d[1], dtype=torch.float32) for d in docs]
+    epoch = 0
+    while True:
+        g = torch.Generator().manual_seed(seed * 1000 + epoch)
+        order = torch.randperm(len(docs), generator=g).tolist()
+        flat = torch.cat([ids[i] for i in order])
+        wflat = torch.cat([wts[i] for i in order])
+        rows = flat.numel() // (seq_len + 1)
+        data = flat[: rows * (seq_len + 1)].view(rows, seq_len + 1)
+        wdat = wflat[: rows * (seq_len + 1)].view(rows, seq_len + 1)
+        for b in range(rows // batch_size):
+            sl = slice(b * batch_size, (b + 1) * batch_size)
+            yield epoch, data[sl], wdat[sl]
+        epoch += 1
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def _generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, progress=None):
+    import torch
+    outs = []
+    tokenizer.padding_side = "left"
+    for i in range(0, len(prompts), batch_size):
+        chunk = prompts[i:i + batch_size]
+        enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+        with torch.no_grad():
+            gen = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+        new = gen[:, enc["input_ids"].shape[1]:]
+        outs += tokenizer.batch_decode(new, skip_special_tokens=False)
+        if progress is not None:
+            progress.update(len(chunk))
+    return [o.split(schema.EOS)[0].replace(schema.PAD, "") for o in outs]
+
+
+def eval_math(model, tokenizer, n=400, max_steps=2, batch_size=64, device="cpu", progress=None):
+    recs = [r for r in corpus.load_jsonl("math_heldout.jsonl") if r["n_steps"] <= max_steps][:n]
+    outs = _generate(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40,
+                     batch_size, device, progress)
+    ok = [schema.extract_answer(o) == r["answer"] for o, r in zip(outs, recs)]
+    by_structure = {}
+    for r, k in zip(recs, ok):
+        by_structure.setdefault(r["structure"], []).append(k)
+    return dict(math_exact_match=sum(ok) / max(1, len(ok)), math_n=len(ok),
+                math_by_structure={k: round(sum(v) / len(v), 4) for k, v in sorted(by_structure.items())},
+                math_examples=[dict(question=r["question"], output=o, answer=r["answer"])
+                               for r, o in list(zip(recs, outs))[:3]])
+
+
+def eval_copy(model, tokenizer, n=300, batch_size=64, device="cpu", generate_n=60, progress=None):
+    import torch
+    recs = corpus.load_jsonl("copy_heldout.jsonl")[:n]
+    correct = total = 0
+    by_kind = {}
+    for i in range(0, len(recs), batch_size):
+        chunk = recs[i:i + batch_size]
+        seqs, spans = [], []
+        for r in chunk:
+            p, c = corpus.copy_doc(r)
+            pi = tokenizer(p, add_special_tokens=False)["input_ids"]
+            ci = tokenizer(c, add_special_tokens=False)["input_ids"]
+            seqs.append(pi + ci)
+            spans.append((len(pi), len(pi) + len(ci)))
+        L = max(map(len, seqs))
+        ids = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), L), dtype=torch.long)
+        for j, s in enumerate(seqs):
+            ids[j, :len(s)] = torch.tensor(s)
+            mask[j, :len(s)] = 1
+        with torch.no_grad():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        pred = logits.argmax(-1).cpu()
+        for j, (a, b) in enumerate(spans):
+            hit = (pred[j, a - 1:b - 1] == ids[j, a:b]).sum().item()
+            correct += hit
+            total += b - a
+            k = by_kind.setdefault(chunk[j]["kind"], [0, 0])
+            k[0] += hit
+            k[1] += b - a
+        if progress is not None:
+            progress.update(len(chunk))
+    gen_recs = recs[:generate_n]
+    outs = _generate(model, tokenizer, [corpus.copy_doc(r)[0] for r in gen_recs], 96, batch_size, device)
+    exact = sum(o.strip() == r["output"].strip() for o, r in zip(outs, gen_recs))
+    return dict(copy_token_accuracy=correct / max(1, total), copy_answer_tokens=total, copy_n=len(recs),
+                copy_by_kind={k: round(v[0] / v[1], 4) for k, v in sorted(by_kind.items())},
+                copy_exact_match=exact / max(1, len(gen_recs)), copy_exact_n=len(gen_recs))
+
+
+def eval_honesty(model, tokenizer, n=150, batch_size=64, device="cpu", progress=None):
+    recs = corpus.load_jsonl("honesty_eval.jsonl")[:n]
+    outs = _generate(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40,
+                     batch_size, device, progress)
+    preds = [schema.extract_answer(o) for o in outs]
+    traps = [p for p, r in zip(preds, recs) if r["trap"]]
+    ans = [(p, r) for p, r in zip(preds, recs) if not r["trap"]]
+    return dict(abstention_rate=sum(p == "abstain" for p in traps) / max(1, len(traps)),
+                abstention_traps=len(traps),
+                false_abstention_rate=sum(p == "abstain" for p, _ in ans) / max(1, len(ans)),
+                answerable_accuracy=sum(p == r["answer"] for p, r in ans) / max(1, len(ans)),
+                answerable_n=len(ans))
+
+
+def evaluate(model, tokenizer, preset: Preset, device="cpu") -> dict:
+    from tqdm.auto import tqdm
+    model.eval()
+    total = preset.eval_math + preset.eval_copy + preset.eval_honesty
+    with tqdm(total=total, desc="eval", unit="ex", file=sys.stderr) as bar:
+        out = {}
+        out.update(eval_math(model, tokenizer, preset.eval_math, 2, preset.eval_batch, device, bar))
+        out.update(eval_copy(model, tokenizer, preset.eval_copy, preset.eval_batch, device, progress=bar))
+        out.update(eval_honesty(model, tokenizer, preset.eval_honesty, preset.eval_batch, device, bar))
+    return out
+
+
+# ----------------------------------------------------------------------------- training
+
+def _lr_at(step, p: Preset):
+    if step < p.warmup:
+        return p.lr * (step + 1) / p.warmup
+    t = (step - p.warmup) / max(1, p.steps - p.warmup)
+    return p.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, t))))
+
+
+def plot_loss(losses, path, title):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(range(1, len(losses) + 1), losses, lw=0.6, alpha=0.4, label="per step")
+    w = max(1, len(losses) // 50)
+    if len(losses) >= w:
+        sm = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
+        ax.plot(range(1, len(losses) + 1), sm, lw=1.5, label=f"mean of {w}")
+    ax.set_xlabel("step")
+    ax.set_ylabel("weighted training loss (nats/token)")
+    ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def _versions():
+    import tokenizers
+    import torch
+    import transformers
+    return dict(python=platform.python_version(), torch=torch.__version__,
+                transformers=transformers.__version__, tokenizers=tokenizers.__version__)
+
+
+def train(preset: str | Preset, out=None, *, steps: int | None = None, device: str | None = None,
+          evaluate_after: bool = True, progress: bool = True) -> dict:
+    """Pretrain a preset from scratch on the training-side data, evaluate it,
+    save it (fp16 safetensors + tokenizer), its record and loss plot into
+    ``out`` (default ``data/models/<preset>``). Returns the record."""
+    import torch
+    from tqdm.auto import tqdm
+    p = get_preset(preset) if isinstance(preset, str) else preset
+    if steps is not None:
+        if not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be a positive integer, got {steps!r}")
+        p = replace(p, steps=steps, warmup=min(p.warmup, max(1, steps // 10)))
+    out = Path(out) if out is not None else checkpoint_dir(p.name)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if p.threads and device == "cpu":
+        torch.set_num_threads(p.threads)
+    t0 = time.time()
+    tok = load_tokenizer()
+    docs = corpus.pretrain_pairs(seed=p.seed, chat_fraction=p.chat_fraction, math_repeat=p.math_repeat)
+    doc_ids = _token_stream(tok, docs, p.prompt_weight)
+    n_tokens = sum(len(d[0]) for d in doc_ids)
+    model = build_model(p, tok, seed=p.seed).to(device)
+    model.train()
+    decay = [q for n, q in model.named_parameters() if q.ndim >= 2]
+    no_decay = [q for n, q in model.named_parameters() if q.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=(0.9, 0.95),
+                            **({"fused": True} if device.startswith("cuda") else {}))
+    amp_dtype = None
+    if device.startswith("cuda"):
+        amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    batches = _batches(doc_ids, p.seq_len, p.batch_size, p.seed)
+    losses, epoch = [], 0
+    t_train = time.time()
+    bar = tqdm(range(p.steps), desc=f"train {p.name}", unit="step", disable=not progress, file=sys.stderr)
+    for step in bar:
+        epoch, batch, wts = next(batches)
+        batch = batch.to(device, non_blocking=True)
+        wts = wts[:, 1:].to(device, non_blocking=True)
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, p)
+        with torch.autocast(device_type="cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+            logits = model(input_ids=batch[:, :-1]).logits
+            nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                                    batch[:, 1:].reshape(-1), reduction="none")
+            loss = (nll * wts.reshape(-1)).sum() / wts.sum().clamp_min(1.0)
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        losses.append(loss.item())
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}", epoch=epoch)
+    bar.close()
+    train_s = time.time() - t_train
+    tail = losses[-max(1, min(50, len(losses) // 5)):]
+    record = dict(
+        preset=p.name, preset_config={k: v for k, v in asdict(p).items() if k != "extra"},
+        n_params=n_params(model), model_config=model.config.to_dict() if hasattr(model.config, "to_dict") else {},
+        device=device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        autocast=str(amp_dtype) if amp_dtype else None,
+        data={name: corpus.sha256(name) for name in corpus.TRAIN_FILES + corpus.EVAL_FILES},
+        tokenizer_sha256=corpus.sha256("tokenizer/tokenizer.json"),
+        pretrain_documents=len(docs), pretrain_tokens_per_epoch=n_tokens,
+        steps=p.steps, tokens_seen=p.steps * p.batch_size * p.seq_len, epochs_seen=epoch + 1,
+        final_loss=sum(tail) / len(tail), final_loss_window=len(tail),
+        loss_every_10=[round(x, 4) for x in losses[::10]],
+        train_seconds=round(train_s, 1), versions=_versions(),
+        command=f"python -m t4lib.models.tiny train --preset {p.name}" + (f" --steps {steps}" if steps else ""),
+    )
+    if p.threads and device == "cpu":
+        record["cpu_threads"] = torch.get_num_threads()
+    if evaluate_after:
+        t_eval = time.time()
+        record["eval"] = evaluate(model, tok, p, device)
+        record["eval_seconds"] = round(time.time() - t_eval, 1)
+    record["wall_seconds"] = round(time.time() - t0, 1)
+    save(model, tok, out)
+    (out / "training_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    plot_loss(losses, out / "loss_curve.png", f"{p.name}: {record['n_params'] / 1e6:.2f}M params, {p.steps} steps")
+    return record
+
+
+def save(model, tokenizer, out):
+    """fp16 safetensors checkpoint + tokenizer in ``out``."""
+    import torch
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    model = model.to("cpu", dtype=torch.float16)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(str(out), safe_serialization=True)
+    tokenizer.save_pretrained(str(out))
+    src = tokenizer_dir() / "tokenizer_config.json"
+    if src.is_file():  # keep the portable (4.5x and 5.x) tokenizer config
+        (out / "tokenizer_config.json").write_bytes(src.read_bytes())
+
+
+def load_preset(preset: str, **kw):
+    """(model, tokenizer) of a committed preset checkpoint; a clear
+    FileNotFoundError naming the path and the command that builds it."""
+    get_preset(preset)
+    path = checkpoint_dir(preset)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(
+            f"no checkpoint for preset {preset!r} at {path}; train it with `{train_command(preset)}` "
+            f"(or `{train_command(preset)} --out DIR` and copy DIR to {path})")
+    from . import load
+    return load(str(path), **kw)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m t4lib.models.tiny", description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    tr = sub.add_parser("train", help="pretrain a preset and write checkpoint, record and plot")
+    tr.add_argument("--preset", required=True, choices=sorted(PRESETS))
+    tr.add_argument("--out", default=None, help="output directory (default data/models/<preset>)")
+    tr.add_argument("--steps", type=int, default=None, help="override the preset's step count")
+    tr.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
+    tr.add_argument("--no-eval", action="store_true")
+    ev = sub.add_parser("eval", help="evaluate a saved model and print the metrics")
+    ev.add_argument("--model", required=True, help="path or preset name")
+    ev.add_argument("--preset", default="tiny-cpu", help="preset whose eval sizes to use")
+    ev.add_argument("--device", default=None)
+    a = ap.parse_args(argv)
+    if a.cmd == "train":
+        rec = train(a.preset, a.out, steps=a.steps, device=a.device, evaluate_after=not a.no_eval)
+        show = {k: rec[k] for k in ("preset", "n_params", "steps", "final_loss", "train_seconds", "wall_seconds")}
+        show.update({k: v for k, v in rec.get("eval", {}).items() if not isinstance(v, (dict, list))})
+        print(json.dumps(show, indent=2))
+        print(f"wrote {Path(a.out) if a.out else checkpoint_dir(a.preset)}")
+    else:
+        import torch
+        from . import load
+        device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
+        model, tok = load(path, dtype=torch.float32, device=device)
+        res = evaluate(model, tok, get_preset(a.preset), device)
+        print(json.dumps({k: v for k, v in res.items() if k != "math_examples"}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,159 @@
+"""Tokenizer, tiny-model factory/training (micro config) and the loading path."""
+
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers")
+pytest.importorskip("tokenizers")
+torch = pytest.importorskip("torch")
+
+from t4lib import models  # noqa: E402
+from t4lib.models import corpus, schema, tiny  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "data" / "models"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return tiny.load_tokenizer()
+
+
+@pytest.mark.parametrize("special", schema.SPECIAL_TOKENS)
+def test_special_token_round_trip(tok, special):
+    ids = tok.encode(special, add_special_tokens=False)
+    assert len(ids) == 1, f"{special} is split into {ids}"
+    assert tok.convert_ids_to_tokens(ids[0]) == special
+    assert tok.decode(ids) == special
+    text = f"Question: 3 apples{special} and 4 more\n{special}"
+    assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+    assert tok.encode(text, add_special_tokens=False).count(ids[0]) == 2
+
+
+def test_tokenizer_basics(tok):
+    assert tok.eos_token == schema.EOS and tok.pad_token == schema.PAD
+    assert tok.eos_token_id != tok.pad_token_id
+    assert len(tok) <= 8192
+    # digits are single tokens, so arithmetic is learnable
+    pieces = tok.tokenize("12345")
+    assert pieces == list("12345")
+    for text in ["The answer is 3/4.", "name=Ana Lopez; city=Porto", "def f(x):\n    return x * 2\n",
+                 "caf\u00e9 \u00fcber \u4e2d\u6587 \U0001f600"]:
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) == text
+
+
+def test_chat_template_matches_training_format(tok):
+    msgs = [{"role": "system", "content": schema.MATH_SYSTEM}, {"role": "user", "content": "What is 2 + 3?"},
+            {"role": "assistant", "content": "2 + 3 = 5. The answer is 5."}]
+    rendered = tok.apply_chat_template(msgs, tokenize=False)
+    assert rendered == corpus.chat_doc("What is 2 + 3?", "2 + 3 = 5. The answer is 5.", schema.MATH_SYSTEM)
+    gen = tok.apply_chat_template(msgs[:2], tokenize=False, add_generation_prompt=True)
+    assert gen.endswith(schema.IM_START + "assistant\n")
+
+
+def test_presets_and_sizes(tok):
+    cpu = tiny.model_config("tiny-cpu", len(tok), tok.eos_token_id, tok.pad_token_id)
+    gpu = tiny.model_config("tiny-gpu", len(tok), tok.eos_token_id, tok.pad_token_id)
+    assert cpu.tie_word_embeddings and gpu.tie_word_embeddings
+    assert cpu.vocab_size >= len(tok) and cpu.vocab_size % 64 == 0
+    from transformers import Qwen2ForCausalLM
+    with torch.device("meta"):
+        n_cpu = sum(p.numel() for p in Qwen2ForCausalLM(cpu).parameters())
+        n_gpu = sum(p.numel() for p in Qwen2ForCausalLM(gpu).parameters())
+    assert 1e6 <= n_cpu <= 5e6, n_cpu
+    assert 6e6 <= n_gpu <= 20e6, n_gpu
+    # both fp16 checkpoints together must fit the 22 MB budget of data/models
+    assert 2 * (n_cpu + n_gpu) < 22e6
+    with pytest.raises(ValueError, match="preset"):
+        tiny.get_preset("huge")
+
+
+def test_micro_training_writes_checkpoint_record_plot(tmp_path):
+    rec = tiny.train("micro", tmp_path / "m", steps=3, device="cpu", progress=False)
+    out = tmp_path / "m"
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+              "training_record.json", "loss_curve.png"):
+        assert (out / f).is_file(), f
+    saved = json.loads((out / "training_record.json").read_text())
+    assert saved["steps"] == 3 and math.isfinite(saved["final_loss"])
+    assert saved["data"]["math_train.jsonl"] == corpus.sha256("math_train.jsonl")
+    ev = saved["eval"]
+    for k in ("math_exact_match", "copy_token_accuracy", "abstention_rate", "false_abstention_rate"):
+        assert 0.0 <= ev[k] <= 1.0, k
+    assert rec["n_params"] == saved["n_params"]
+    from safetensors import safe_open
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+    # the one loading path reads it back and generates
+    model, t = models.load(str(out), dtype=torch.float32)
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+    enc = t(schema.math_prompt("What is 2 + 3?"), return_tensors="pt", add_special_tokens=False)
+    g = model.generate(**enc, max_new_tokens=3, do_sample=False, pad_token_id=t.pad_token_id)
+    assert g.shape[1] == enc["input_ids"].shape[1] + 3 or t.eos_token_id in g[0].tolist()
+
+
+def test_training_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="steps"):
+        tiny.train("micro", tmp_path, steps=0)
+    with pytest.raises(ValueError, match="preset"):
+        tiny.train("nope", tmp_path)
+
+
+def test_load_errors(tmp_path, monkeypatch):
+    with pytest.raises(ValueError, match="model_id_or_path"):
+        models.load("")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        models.load(str(tmp_path / "missing" / "dir"))
+    with pytest.raises(FileNotFoundError, match="config.json"):
+        models.load(str(tmp_path))
+
+
+def test_load_offline_error_for_uncached_hub_id(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelNotAvailableError, match="not in the Hugging Face cache") as e:
+        models.load("t4lib-test-org/certainly-not-cached-model")
+    assert "certainly-not-cached-model" in str(e.value)
+    with pytest.raises(models.ModelNotAvailableError, match="offline"):
+        models.load("t4lib-test-org/certainly-not-cached-model", offline=True)
+
+
+def test_missing_preset_checkpoint_names_path_and_command(tmp_path, monkeypatch):
+    monkeypatch.setenv("T4LIB_DATA", str(tmp_path))
+    with pytest.raises(FileNotFoundError) as e:
+        models.load("tiny-gpu")
+    msg = str(e.value)
+    assert str(tmp_path / "models" / "tiny-gpu") in msg
+    assert "python -m t4lib.models.tiny train --preset tiny-gpu" in msg
+    with pytest.raises(FileNotFoundError, match="train --preset tiny-cpu"):
+        tiny.load_preset("tiny-cpu")
+
+
+def test_committed_models_budget_and_records():
+    if not MODELS.exists():
+        pytest.skip("no committed checkpoints yet")
+    total = sum(f.stat().st_size for f in MODELS.rglob("*") if f.is_file())
+    assert total <= 22 * 1024 * 1024, f"data/models is {total / 2**20:.1f} MiB (> 22 MiB)"
+    presets = [d for d in MODELS.iterdir() if (d / "config.json").is_file()]
+    assert presets, "data/models has no checkpoint"
+    for d in presets:
+        rec = json.loads((d / "training_record.json").read_text())
+        assert (d / "loss_curve.png").is_file()
+        assert rec["preset"] == d.name
+        assert rec["data"]["math_train.jsonl"] == corpus.sha256("math_train.jsonl"), \
+            f"{d.name} was trained on other data than the committed math_train.jsonl"
+        for k in ("math_exact_match", "copy_token_accuracy", "abstention_rate"):
+            assert 0.0 <= rec["eval"][k] <= 1.0
+
+
+@pytest.mark.skipif(not (MODELS / "tiny-cpu" / "config.json").is_file(), reason="tiny-cpu not committed")
+def test_committed_tiny_cpu_reproduces_recorded_copy_accuracy():
+    """Re-measure copy accuracy of the committed (fp16) checkpoint on a slice of
+    the held-out tasks; it must agree with the record made at training time."""
+    model, tok = models.load("tiny-cpu", dtype=torch.float32)
+    rec = json.loads((MODELS / "tiny-cpu" / "training_record.json").read_text())
+    res = tiny.eval_copy(model, tok, n=rec["eval"]["copy_n"], batch_size=100, generate_n=0)
+    assert abs(res["copy_token_accuracy"] - rec["eval"]["copy_token_accuracy"]) < 0.02
