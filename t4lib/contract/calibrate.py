@@ -198,7 +198,7 @@ class _Probe:
             if not ok:
                 rec["why"] = (f"{worst.failures} of {worst.total} elements fail the strict rule"
                               if worst.failures else
-                              f"passes, but spends {worst.max_usage:.2f} of the tolerance (margin {self.margin})")
+                              f"passes, but spends {worst.max_usage:.3g} of the tolerance (margin {self.margin})")
         self.records.append(rec)
         return ok
 
