@@ -422,3 +422,24 @@ def test_blockwise_long_context_matches_dense(causal):
     assert summ["row_sum"][0] == pytest.approx(float(ref[0].double().sum()), abs=1e-3)
     with pytest.raises(ValueError, match="does not match"):
         S.long_context_forward(model, dataclasses.replace(sh, D=64), 1)
+
+
+# ----------------------------------------------------------------------------- benchmark pipeline
+
+def test_benchmark_pipeline_in_process_writes_valid_results(tmp_path):
+    from t4lib import results
+    from t4lib.contract import bench
+
+    doc = bench.benchmark(tmp_path, profile="cpu", processes=0, ids=[1], compile_peer=False, warmup=0, reps=2,
+                          rounds=2, calib_config={"warmup": 0, "reps": 2}, progress=lambda *_: None)
+    meta = doc["meta"]
+    assert meta["summary"]["shapes_timed"] == 1 and meta["summary"]["strict_failures_total"] == 0
+    row = meta["shapes"][0]
+    assert row["strict_failures"] == [0] and row["errors"] == [] and row["mask_inspections_during_timing"] == 0
+    assert meta["long_context"]["reduced"]["judge"]["passed"]
+    path = results.write(tmp_path / "contract_benchmark.json", doc["figures"], **meta)
+    results.validate_file(path)
+    names = {f["name"] for f in doc["figures"]}
+    assert {"contract/shape01/optimized/speedup", "contract/geomean_speedup/optimized",
+            "contract/shape14/reduced_judge_failures"} <= names
+    assert C.Plan.load(tmp_path / "contract_plan.json").entries
