@@ -51,6 +51,10 @@ def use_cuda(backend: str, family: str, device: torch.device) -> bool:
     if backend == "reference":
         return False
     on_cuda = device.type == "cuda"
+    if torch.compiler.is_compiling():
+        # Under torch.compile the library was already loaded by the eager call that
+        # preceded tracing; checking again would trace file-system calls.
+        return on_cuda
     if backend == "cuda":
         if not on_cuda:
             raise ValueError(f"backend='cuda' needs CUDA tensors, got tensors on {device}")

@@ -33,14 +33,14 @@ def _validate(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int
 
 @torch.library.custom_op("t4lib::int4_dequant", mutates_args=())
 def _int4_dequant_cuda(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int,
-                       max_blocks: int, words_per_thread: int = 2) -> torch.Tensor:
+                       max_blocks: int) -> torch.Tensor:
     out = torch.empty(packed.numel() * 8, dtype=torch.float16, device=packed.device)
-    binding.int4_dequant(packed, scales, group_size, out, max_blocks, words_per_thread)
+    binding.int4_dequant(packed, scales, group_size, out, max_blocks)
     return out
 
 
 @_int4_dequant_cuda.register_fake
-def _(packed, scales, group_size, max_blocks, words_per_thread=2):
+def _(packed, scales, group_size, max_blocks):
     return packed.new_empty(packed.numel() * 8, dtype=torch.float16)
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 
 from ... import bench, results
-from . import _int4_dequant_cuda, int4_dequant, reference
+from . import int4_dequant, reference
 
 SOURCE = "t4lib.ops.int4.bench"
 
@@ -31,7 +31,6 @@ def run(out_dir: str | Path, n_values: int = 1 << 27, group_size: int = 128, qui
     res = bench.compare({
         "torch_reference": (lambda p, s: reference.int4_dequant(p, s, group_size), make),
         "lop3_kernel": (lambda p, s: int4_dequant(p, s, group_size, backend="cuda"), make),
-        "lop3_kernel_1word": (lambda p, s: _int4_dequant_cuda(p, s, group_size, 0, 1), make),
     }, baseline="torch_reference", bytes_moved=nbytes, rounds=3, iters=10 if quick else 20, max_sets=8)
     figs = [bench.copy_bandwidth_figure(SOURCE)] + bench.to_figures(res, "int4_dequant", SOURCE)
     results.write(Path(out_dir) / "int4_dequant.json", figs, n_values=n_values, group_size=group_size)

@@ -15,15 +15,14 @@ def _lib() -> ctypes.CDLL:
     lib = _build.load(FAMILY)
     f = lib.t4_int4_dequant
     f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
-                  ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
+                  ctypes.c_int, ctypes.c_void_p]
     f.restype = ctypes.c_int
     return lib
 
 
 def int4_dequant(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int, out: torch.Tensor,
-                 max_blocks: int = 0, words_per_thread: int = 2) -> None:
+                 max_blocks: int = 0) -> None:
     lib = _lib()
-    st = lib.t4_int4_dequant(ptr(packed), ptr(scales), ptr(out), packed.numel(), group_size,
-                             words_per_thread if packed.data_ptr() % 8 == 0 else 1, max_blocks,
+    st = lib.t4_int4_dequant(ptr(packed), ptr(scales), ptr(out), packed.numel(), group_size, max_blocks,
                              stream(packed.device))
     _build.check_status(lib, st, "t4_int4_dequant")
