@@ -259,7 +259,7 @@ def long_worker(p: dict) -> dict:
 def _call(target: str, payload: dict, processes: int, timeout: float) -> dict:
     """In a fresh process (``processes > 0``) or in this one (the CPU profile)."""
     if processes > 0:
-        return timing.spawn(f"{__name__}:{target}", payload, timeout=timeout)
+        return timing.spawn(f"t4lib.contract.bench:{target}"  # not __name__: it is "__main__" under python -m, payload, timeout=timeout)
     try:
         return globals()[target](payload)
     except Exception as e:
