@@ -259,7 +259,8 @@ def long_worker(p: dict) -> dict:
 def _call(target: str, payload: dict, processes: int, timeout: float) -> dict:
     """In a fresh process (``processes > 0``) or in this one (the CPU profile)."""
     if processes > 0:
-        return timing.spawn(f"t4lib.contract.bench:{target}"  # not __name__: it is "__main__" under python -m, payload, timeout=timeout)
+        # the module path, not __name__ (which is "__main__" under python -m)
+        return timing.spawn(f"t4lib.contract.bench:{target}", payload, timeout=timeout)
     try:
         return globals()[target](payload)
     except Exception as e:
