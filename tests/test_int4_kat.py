@@ -118,7 +118,9 @@ def test_int4_kat_cuda():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_words,group,max_blocks", [(8, None, None), (1000, 32, None), (4096, 128, 3),
-                                                      (333 * 4, 32, 1)])
+                                                      (333 * 4, 32, 1), (128, 8, None), (129, 8, None),
+                                                      (128 * 37 + 5, 64, None), (128 * 600, None, 7),
+                                                      (128 * 600 + 127, 128, None)])
 def test_int4_cuda_matches_reference(n_words, group, max_blocks):
     g = torch.Generator().manual_seed(n_words)
     v = torch.randint(-8, 8, (n_words * 8,), generator=g, dtype=torch.int8)
@@ -127,6 +129,20 @@ def test_int4_cuda_matches_reference(n_words, group, max_blocks):
     want = int4_dequant(p, s, group or 128, backend="reference")
     poison_allocator(n_words * 16)
     got = int4_dequant(p.cuda(), None if s is None else s.cuda(), group or 128, backend="cuda", max_blocks=max_blocks)
+    assert bits_equal(got, want)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("offset", [1, 2, 3, 4])
+def test_int4_cuda_unaligned_view_matches_reference(offset):
+    """A view starting off a 16-byte boundary takes the per-word path; same bits."""
+    n_words = 128 * 9 + 3
+    g = torch.Generator().manual_seed(offset)
+    v = torch.randint(-8, 8, ((n_words + offset) * 8,), generator=g, dtype=torch.int8)
+    p = pack_int4(v)
+    s = torch.randn(n_words, generator=g).to(torch.float16)  # group_size 8: one scale per word
+    want = int4_dequant(p[offset:], s, 8, backend="reference")
+    got = int4_dequant(p.cuda()[offset:], s.cuda(), 8, backend="cuda")
     assert bits_equal(got, want)
 
 
