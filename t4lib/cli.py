@@ -53,9 +53,10 @@ def _build_cmd(args) -> int:
 def _verify(args) -> int:
     from . import verify
 
-    entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench)
+    entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench, sanitizer_timeout=args.sanitize_timeout)
     print(json.dumps({"device": entry["device"], "sources_sha256": entry["sources_sha256"],
                       "checks": entry["checks"], "gpu_tests": entry["gpu_tests"]["counts"],
+                      "sanitizers_clean": entry.get("sanitizers_clean", "not run"),
                       "passed": entry["passed"]}, indent=1))
     if not entry["passed"]:
         print(entry["gpu_tests"]["tail"], file=sys.stderr)
@@ -108,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--report", action="store_true", help="print the -Xptxas -v resource table")
     v = sub.add_parser("verify", help="GPU tests, KATs, short bench -> results/verification/<device>.json")
     v.add_argument("--sanitize", action="store_true", help="also run the GPU tests under compute-sanitizer")
+    v.add_argument("--sanitize-timeout", type=int, default=240, help="seconds per sanitizer tool")
     v.add_argument("--no-bench", action="store_true")
     be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
     be.add_argument("names", nargs="*")
