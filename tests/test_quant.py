@@ -151,3 +151,12 @@ def test_load_errors(tmp_path):
         load_quantized(tmp_path)
     with pytest.raises(ValueError, match="not quantized"):
         save_quantized(tiny_qwen2(), tmp_path / "x")
+
+
+def test_dtype_casts_keep_the_format():
+    m = quantize_model(tiny_qwen2())
+    m.float()
+    q = m.model.layers[0].mlp.up_proj
+    assert q.scales.dtype == torch.float16 and q.qweight.dtype == torch.int32
+    m.half()
+    assert q.scales.dtype == torch.float16

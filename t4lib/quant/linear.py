@@ -59,6 +59,13 @@ class QuantLinear(nn.Module):
             raise ValueError(f"method must be 'rtn' or 'gptq', got {method!r}")
         return cls.from_quantized(qw, linear.bias)
 
+    def _apply(self, fn, recurse=True):
+        # model.float() / .half() convert floating buffers; the format's scales stay fp16.
+        super()._apply(fn, recurse)
+        if self.scales.dtype != torch.float16:
+            self.scales = self.scales.to(torch.float16)
+        return self
+
     @property
     def weight_q(self) -> QuantizedWeight:
         return QuantizedWeight(self.qweight, self.scales, self.out_features, self.in_features, self.group_size)
