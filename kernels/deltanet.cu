@@ -270,15 +270,17 @@ __global__ void __launch_bounds__(NT, MINB) deltanet_decode_kernel(const Params 
     int last = 0;
     if (lane == 0) last = atomicAdd(p.ws_cnt + bh, 1) == NSPLIT - 1;
     last = __shfl_sync(0xffffffffu, last, 0);
+    float oh[4] = {0.f, 0.f, 0.f, 0.f};
+    if (last) {  // the head's last CTA: fetch the whole o row before this warp's state stores
+      __threadfence();  // order the count before the reads of the other CTAs' slices
+#pragma unroll
+      for (int m = 0; m < 4; ++m) oh[m] = __ldcg(p.ws_o + bh * kD + lane + 32 * m);  // L2, not a stale L1 line
+    }
 #pragma unroll
     for (int i = 0; i < R; ++i) {
       store_row(S, rg + RG * i, s[i], sk[rg + RG * i] * rk, dl, decay);
     }
     if (!last) return;
-    __threadfence();  // order the count before the reads of the other CTAs' slices
-    float oh[4];
-#pragma unroll
-    for (int m = 0; m < 4; ++m) oh[m] = __ldcg(p.ws_o + bh * kD + lane + 32 * m);  // L2, not a stale L1 line
     finish_head<TO>(oh, sz, sn, op, lane, p.eps);
     if (lane == 0) p.ws_cnt[bh] = 0;  // ready for the next launch (graph replay)
     return;
