@@ -200,6 +200,8 @@ def test_bad_input_names_the_problem():
         _call(head_order="llama")
     with pytest.raises(ValueError, match="variant must be"):
         _call(variant=3)
+    with pytest.raises(ValueError, match="variant must be"):
+        _call(variant=2)  # the split handshake needs <= 32 columns per CTA: splits 1, 4, 8
     with pytest.raises(ValueError, match="conv_state_out must not overlap conv_state"):
         _call(conv_state=S["conv_state"], conv_state_out=S["conv_state"])
     with pytest.raises(ValueError, match="state must be contiguous"):
