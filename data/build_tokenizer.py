@@ -1,7 +1,8 @@
 """Byte-level BPE tokenizer trained with ``tokenizers`` on the training-side
 corpora (no eval file is read).
 
-* digits are split one per token before BPE (arithmetic stays learnable);
+* Qwen2's pre-tokenizer (NFC, split regex, byte level): digits are split one
+  per token before BPE, so arithmetic stays learnable;
 * special tokens: ``<|endoftext|>`` (EOS), ``<|pad|>``, the chat markers
   ``<|im_start|>``/``<|im_end|>``, the abstention tag ``<abstain>`` and the ten
   trace tags ``<understand>`` ... ``</answer>``;
@@ -24,14 +25,21 @@ from t4lib.models import schema
 from t4lib.models.corpus import tokenizer_corpus
 
 VOCAB_SIZE = 4096
+# Qwen2's pre-tokenizer split: every digit is its own piece (\p{N}).
+QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
 
 
 def train_tokenizer(texts, vocab_size: int = VOCAB_SIZE):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
+    # Exactly the pipeline transformers 5.x builds for a qwen2 checkpoint
+    # (Qwen2Tokenizer: NFC, the Qwen split regex, byte-level), so AutoTokenizer
+    # on a model directory and PreTrainedTokenizerFast on tokenizer.json agree.
+    tok.normalizer = normalizers.NFC()
     tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Digits(individual_digits=True),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+        pre_tokenizers.Split(Regex(QWEN2_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(schema.SPECIAL_TOKENS),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),

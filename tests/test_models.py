@@ -88,6 +88,14 @@ def test_micro_training_writes_checkpoint_record_plot(tmp_path):
     from safetensors import safe_open
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.float16}
+    # AutoTokenizer on the model directory (transformers 5.x builds Qwen2Tokenizer
+    # from the model type) must tokenize exactly like the project tokenizer
+    from transformers import AutoTokenizer
+    auto, ref = AutoTokenizer.from_pretrained(str(out)), tiny.load_tokenizer()
+    texts = corpus.pretrain_documents()[:300] + [t["trace"] for t in corpus.load_jsonl("traces.jsonl")[:20]]
+    texts += [corpus.copy_doc(r)[0] for r in corpus.load_jsonl("copy_heldout.jsonl")[:40]]
+    for text in texts:
+        assert auto.encode(text, add_special_tokens=False) == ref.encode(text, add_special_tokens=False), text
     # the one loading path reads it back and generates
     model, t = models.load(str(out), dtype=torch.float32)
     assert type(model).__name__ == "Qwen2ForCausalLM"

@@ -86,7 +86,7 @@ PRESETS = {
                        num_key_value_heads=1, intermediate_size=384, steps=800, batch_size=16,
                        seq_len=256, lr=3e-3, warmup=30, eval_math=300, eval_copy=300, threads=2),
     "tiny-gpu": Preset("tiny-gpu", hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
-                       num_key_value_heads=2, intermediate_size=1024, steps=2000, batch_size=64,
+                       num_key_value_heads=2, intermediate_size=1024, steps=800, batch_size=64,
                        seq_len=256, lr=2e-3, warmup=100, eval_math=400, eval_copy=300, eval_batch=128),
     "micro": Preset("micro", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     num_key_value_heads=1, intermediate_size=64, steps=4, batch_size=4, seq_len=64,
@@ -435,6 +435,9 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     )
     if p.threads and device == "cpu":
         record["cpu_threads"] = torch.get_num_threads()
+    # evaluate exactly the weights that are saved: round to fp16 first
+    model = model.to(dtype=torch.float16).to(dtype=torch.float32)
+    record["eval_weights"] = "the saved fp16 checkpoint, computed in fp32"
     if evaluate_after:
         t_eval = time.time()
         record["eval"] = evaluate(model, tok, p, device)
@@ -490,6 +493,8 @@ def main(argv=None):
     ev.add_argument("--model", required=True, help="path or preset name")
     ev.add_argument("--preset", default="tiny-cpu", help="preset whose eval sizes to use")
     ev.add_argument("--device", default=None)
+    ev.add_argument("--write-record", action="store_true",
+                    help="store the result as 'eval' in the model directory's training_record.json")
     a = ap.parse_args(argv)
     if a.cmd == "train":
         rec = train(a.preset, a.out, steps=a.steps, device=a.device, evaluate_after=not a.no_eval)
@@ -503,8 +508,19 @@ def main(argv=None):
         device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
         path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
         model, tok = load(path, dtype=torch.float32, device=device)
+        t_eval = time.time()
         res = evaluate(model, tok, get_preset(a.preset), device)
         print(json.dumps({k: v for k, v in res.items() if k != "math_examples"}, indent=2))
+        rec_path = Path(path) / "training_record.json"
+        if a.write_record:
+            if not rec_path.is_file():
+                raise FileNotFoundError(f"--write-record: no training record at {rec_path}")
+            rec = json.loads(rec_path.read_text())
+            rec.update(eval=res, eval_seconds=round(time.time() - t_eval, 1),
+                       eval_weights="the saved fp16 checkpoint, computed in fp32",
+                       eval_command=f"python -m t4lib.models.tiny eval --model {a.model} --preset {a.preset}")
+            rec_path.write_text(json.dumps(rec, indent=2) + "\n")
+            print(f"updated {rec_path}")
 
 
 if __name__ == "__main__":
