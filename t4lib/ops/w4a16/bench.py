@@ -297,16 +297,23 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
     return figs
 
 
+def _wall_figure(what: str, t0: float) -> dict:
+    return results.figure(f"bench_wall_s/{what.removesuffix('.json')}", time.perf_counter() - t0, "s", "MEASURED",
+                          SOURCE, note="wall time of this benchmark section (model builds, compiles, timing)")
+
+
 def run(out_dir: str | Path, quick: bool = False, serving: bool = True) -> list[dict]:
     """Run every section (one failing section does not stop the others); write three results files."""
     out_dir = Path(out_dir)
     all_figs = []
     for fname, section in (("w4a16_gemv.json", _gemv_section), ("w4a16_gemm.json", _gemm_section)):
         figs, errors = [bench.copy_bandwidth_figure(SOURCE)], []
+        t0 = time.perf_counter()
         try:
             section(figs, errors, quick)
         except Exception:
             errors.append(traceback.format_exc(limit=3))
+        figs.append(_wall_figure(fname, t0))
         results.write(out_dir / fname, figs, errors=errors, shapes="KxN (in x out)")
         all_figs += figs
     if serving:
@@ -315,8 +322,10 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True) -> list[
         # under ~100 s on an H200; the HF warm-up compile dominates the section either way.
         for label, cfg, n, reps, lm in (("serve/qwen2.5-0.5b-shape", QWEN05, 128, 3, False),
                                          ("serve/qwen2.5-7b-shape", QWEN7B, 64, 2, True)):
+            t0 = time.perf_counter()
             try:
                 figs += serve_compare(label, cfg, new_tokens=n // (2 if quick else 1), reps=reps, lm_head_variant=lm)
+                figs.append(_wall_figure(label, t0))
             except Exception as e:
                 errors.append(f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
                 torch.cuda.empty_cache()
