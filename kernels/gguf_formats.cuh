@@ -246,9 +246,10 @@ struct IQ3_S {
 // block sit in small arrays after the planes. Every trait issues only 16-byte
 // (quant planes) and 2/4/8-byte (scale fields) loads, all naturally aligned.
 //
-// Arithmetic: Q8_0, Q4_K, Q6_K turn each quant into an exact fp32 integer
-// with one prmt (the byte into the mantissa of 2^23) and one subtraction, sum
-// x*q per sub-block in fp32 and apply the sub-block scale (and min) once:
+// Arithmetic: Q8_0 turns each quant into an exact fp32 integer with one prmt
+// (the byte into the mantissa of 2^23) and one subtraction; Q4_K and Q6_K
+// (quants < 128) with one prmt into 0.5 + q/256 (see byte_h). Sums of x*q run
+// per sub-block in fp32 and the sub-block scale (and min) is applied once:
 // d*sc*sum(x*q) - dmin*m*sum(x). IQ4_XS looks the 4-bit codebook index up in a
 // 16-byte table held in 4 registers (3 prmt per 4 values, no memory access),
 // builds fp16 kv/128 exactly (magic 8 + t/128 minus 9) and takes half2 dot
@@ -337,6 +338,13 @@ T4G_HD void x8(uint4 v, float (&f)[8]) {
 // as an exact float minus `bias`: prmt puts it under the exponent of 2^23.
 T4G_HD float byte_f(uint32_t w, int k, float bias) { return u2f(prmt(w, 0x4B000000u, 0x7540u | k)) - bias; }
 
+// Byte k of w, an unsigned integer < 128, as the exact float 0.5 + w_k / 256
+// (prmt puts it in mantissa bits 16..22 of 0.5). x * (0.5 + q/256) is exact
+// in fp32 (11 x 8 significant bits), so sum(x * q) = 256 * (sum(x * q') -
+// sum(x) / 2) needs no per-value subtraction; the cancellation costs about 4
+// of fp32's 24 bits, far inside the fp16 output.
+T4G_HD float byte_h(uint32_t w, int k) { return u2f(prmt(w, 0x3F000000u, 0x7054u | (k << 8))); }
+
 // half2 helpers (device: the intrinsics; host: through float, for the CPU test)
 T4G_HD uint32_t hsub2(uint32_t a, uint32_t b) {
 #ifdef __CUDA_ARCH__
@@ -416,7 +424,7 @@ struct PQ4_K {
     }
 #pragma unroll
     for (int g = 0; g < 4; ++g) {  // values 8g..8g+7 (low nibbles) and 32+8g.. (high nibbles)
-      float wl[R][8], wh[R][8];    // the quants as exact floats
+      float wl[R][8], wh[R][8];    // the quants as exact floats 0.5 + q/256
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const uint32_t q[8] = {f[r].a.x, f[r].a.y, f[r].a.z, f[r].a.w, f[r].b.x, f[r].b.y, f[r].b.z, f[r].b.w};
@@ -426,8 +434,8 @@ struct PQ4_K {
           const uint32_t lo = wd & 0x0F0F0F0Fu, hi = (wd >> 4) & 0x0F0F0F0Fu;
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
-            wl[r][4 * hf + k] = byte_f(lo, k, 8388608.f);
-            wh[r][4 * hf + k] = byte_f(hi, k, 8388608.f);
+            wl[r][4 * hf + k] = byte_h(lo, k);  // 0.5 + q/256
+            wh[r][4 * hf + k] = byte_h(hi, k);
           }
         }
       }
@@ -455,10 +463,11 @@ struct PQ4_K {
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int m = 0; m < M; ++m) {
+        // sum x*(d*sc*q - dmin*m) = 256*d*sc * (sum x*q' - sum x / 2) - dmin*m * sum x
         float a = acc[r][m];
-        a += D[r][0] * S0[r][m];
+        a += (256.f * D[r][0]) * (S0[r][m] - 0.5f * X0[m]);
         a -= Mn[r][0] * X0[m];
-        a += D[r][1] * S1[r][m];
+        a += (256.f * D[r][1]) * (S1[r][m] - 0.5f * X1[m]);
         a -= Mn[r][1] * X1[m];
         acc[r][m] = a;
       }
@@ -489,15 +498,17 @@ struct PQ6_K {
     }
 #pragma unroll
     for (int sp = 0; sp < 2; ++sp) {  // 16-value sub-blocks sp (values 16sp..) and 2+sp (32+16sp..)
-      float Sl[R][M], Sh[R][M];
+      float Sl[R][M], Sh[R][M], Xl[M], Xh[M];
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+      for (int m = 0; m < M; ++m) {
+        Xl[m] = Xh[m] = 0.f;
 #pragma unroll
-        for (int m = 0; m < M; ++m) Sl[r][m] = Sh[r][m] = 0.f;
+        for (int r = 0; r < R; ++r) Sl[r][m] = Sh[r][m] = 0.f;
+      }
 #pragma unroll
       for (int gg = 0; gg < 2; ++gg) {
         const int g = 2 * sp + gg;  // values 8g..8g+7 and 32+8g..32+8g+7
-        float wl[R][8], wh[R][8];   // q - 32 as exact floats
+        float wl[R][8], wh[R][8];   // q as exact floats 0.5 + q/256
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint32_t q[8] = {f[r].a.x, f[r].a.y, f[r].a.z, f[r].a.w, f[r].b.x, f[r].b.y, f[r].b.z, f[r].b.w};
@@ -509,10 +520,10 @@ struct PQ6_K {
           const uint32_t v3 = ((wb >> 4) & 0x0F0F0F0Fu) | ((hw >> 2) & 0x30303030u);  // values 32+8g+4..
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
-            wl[r][k] = byte_f(v0, k, 8388640.f);  // 2^23 + q - (2^23 + 32): q - 32, exact
-            wl[r][4 + k] = byte_f(v1, k, 8388640.f);
-            wh[r][k] = byte_f(v2, k, 8388640.f);
-            wh[r][4 + k] = byte_f(v3, k, 8388640.f);
+            wl[r][k] = byte_h(v0, k);  // 0.5 + q/256, q in 0..63
+            wl[r][4 + k] = byte_h(v1, k);
+            wh[r][k] = byte_h(v2, k);
+            wh[r][4 + k] = byte_h(v3, k);
           }
         }
 #pragma unroll
@@ -521,6 +532,11 @@ struct PQ6_K {
           float xa[8], xb[8];
           x8(ld16(xm + 8 * g), xa);
           x8(ld16(xm + 32 + 8 * g), xb);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            Xl[m] += xa[i];
+            Xh[m] += xb[i];
+          }
 #pragma unroll
           for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -533,7 +549,9 @@ struct PQ6_K {
 #pragma unroll
       for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int m = 0; m < M; ++m) acc[r][m] += D[r][sp] * Sl[r][m] + D[r][2 + sp] * Sh[r][m];
+        for (int m = 0; m < M; ++m)  // sum x*(q-32) = 256 * (sum x*q' - 0.625 * sum x)
+          acc[r][m] += (256.f * D[r][sp]) * (Sl[r][m] - 0.625f * Xl[m]) +
+                       (256.f * D[r][2 + sp]) * (Sh[r][m] - 0.625f * Xh[m]);
     }
   }
 };
@@ -546,11 +564,15 @@ __host__ __device__ constexpr uint32_t iq4_word(int i) {
          (static_cast<uint32_t>(kv[4 * i + 2] + 128) << 16) | (static_cast<uint32_t>(kv[4 * i + 3] + 128) << 24);
 }
 
-// 4 indices (nibbles 0..3 of g) -> 4 bytes kv + 128, table in registers
-T4G_HD uint32_t iq4_lookup4(uint32_t g) {
-  const uint32_t s = g & 0x7777u;
-  const uint32_t lo = prmt(iq4_word(0), iq4_word(1), s), hi = prmt(iq4_word(2), iq4_word(3), s);
-  return prmt(lo, hi, ((g >> 1) & 0x4444u) | 0x3210u);  // bit 3 of an index picks hi
+// 8 indices (nibbles of q, value order) -> bytes kv + 128: t0 values 0..3, t1
+// values 4..7. The table lives in 4 registers (immediates); prmt reads only
+// the low 16 bits (4 nibbles) of its selector. Per 4 values: two table prmts
+// on the low 3 index bits, one prmt choosing per byte by index bit 3.
+T4G_HD void iq4_lookup8(uint32_t q, uint32_t& t0, uint32_t& t1) {
+  const uint32_t s = q & 0x77777777u;
+  const uint32_t m = ((q >> 1) & 0x44444444u) | 0x32103210u;  // bit 3 of an index picks hi
+  t0 = prmt(prmt(iq4_word(0), iq4_word(1), s), prmt(iq4_word(2), iq4_word(3), s), m);
+  t1 = prmt(prmt(iq4_word(0), iq4_word(1), s >> 16), prmt(iq4_word(2), iq4_word(3), s >> 16), m >> 16);
 }
 
 struct PIQ4_XS {
@@ -591,7 +613,8 @@ struct PIQ4_XS {
 #pragma unroll
         for (int r = 0; r < R; ++r) {
           const uint32_t q[8] = {f[r].a.x, f[r].a.y, f[r].a.z, f[r].a.w, f[r].b.x, f[r].b.y, f[r].b.z, f[r].b.w};
-          const uint32_t t0 = iq4_lookup4(q[a]), t1 = iq4_lookup4(q[a] >> 16);
+          uint32_t t0, t1;
+          iq4_lookup8(q[a], t0, t1);
           // fp16 0x48tt = 8 + t/128; minus 9 (0x4880) = (t - 128)/128 = kv/128, exact
           wv[r][0] = hsub2(prmt(t0, 0x48484848u, 0x4140u), 0x48804880u);
           wv[r][1] = hsub2(prmt(t0, 0x48484848u, 0x4342u), 0x48804880u);
