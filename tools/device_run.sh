@@ -4,7 +4,7 @@
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 T4LIB_CACHE=/tmp/t4cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for w in .whl/peers .whl/nb; do
+for w in .whl/peers .whl/nb .whl/final; do
   if ls $w/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $w/*.whl
   fi
@@ -17,9 +17,13 @@ for step in "$@"; do
   case $step in
     verify) python3 -m t4lib verify >>"$log" 2>&1 ;;
     verify-sanitize) python3 -m t4lib verify --sanitize >>"$log" 2>&1 ;;
+    verify-sanitize:*) python3 -m t4lib verify --sanitize --sanitize-timeout ${step#verify-sanitize:} >>"$log" 2>&1 ;;
     bench:*) python3 -m t4lib bench ${step#bench:} >>"$log" 2>&1 ;;
     gputests) python3 -m pytest -q -m gpu tests -p no:cacheprovider >>"$log" 2>&1 ;;
     cmd:*) bash -c "${step#cmd:}" >>"$log" 2>&1 ;;
+    notebook:*) python3 -m ipykernel install --user --name python3 >/dev/null 2>&1
+                papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE gpu "notebooks/${step#notebook:}" \
+                  "results/nvidia-h200/${step#notebook:}" >>"$log" 2>&1 ;;
   esac
   echo "----- rc=$? $(date +%T)" | tee -a "$log"
 done
