@@ -128,31 +128,33 @@ struct Tuning<GgufTrait<F>, M> {
 namespace t4 {
 namespace gemv {
 // GEMV-layout traits: R rows per warp share each activation load; U chunks in
-// flight per lane. Q4_K / IQ4_XS hold 40 / 36 bytes of one chunk per row, Q6_K
-// 56, Q8_0 68: M = 1 keeps 4 (2 for Q8_0) rows x 1 chunk = 160-272 bytes of
-// loads in flight per lane; larger M trade rows for the fp32 accumulators.
+// flight per lane. A chunk of one row is 40 bytes of loads for Q4_K / IQ4_XS,
+// 56 for Q6_K, 68 for Q8_0. M = 1: 2 rows x 2 chunks in flight per lane (the
+// 80 chunks of a K = 5120 row take 2 rounds of loads per warp, not 3), small
+// row groups so the grid-stride tail of the last wave stays short; <= 128
+// registers, 16 warps per SM. Larger M trade rows for fp32 accumulators.
 template <int M>
 struct Tuning<t4::gguf::gv::PQ4_K, M> {
-  static constexpr int R = M == 1 ? 4 : (M <= 4 ? 2 : 1);
-  static constexpr int U = 1;
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
   static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
 };
 template <int M>
 struct Tuning<t4::gguf::gv::PQ6_K, M> {
-  static constexpr int R = M == 1 ? 4 : (M <= 4 ? 2 : 1);
-  static constexpr int U = 1;
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
   static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
 };
 template <int M>
 struct Tuning<t4::gguf::gv::PIQ4_XS, M> {
-  static constexpr int R = M == 1 ? 4 : (M <= 4 ? 2 : 1);
-  static constexpr int U = 1;
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
   static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
 };
 template <int M>
 struct Tuning<t4::gguf::gv::PQ8_0, M> {
   static constexpr int R = M <= 4 ? 2 : 1;
-  static constexpr int U = 1;
+  static constexpr int U = M == 1 ? 2 : 1;
   static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
 };
 }  // namespace gemv

@@ -218,7 +218,8 @@ def test_gemv_traits_on_cpu(name, host_check, tmp_path):
     """The CUDA traits' load/dot (host build) over the template's lane walk, vs the reference GEMV."""
     t = type_id(name)
     nv = FORMATS[t][1]
-    for (N, K), (M, R) in zip(((37, 1024), (5, 2560), (9, 4096), (3, 256)), ((1, 4), (3, 2), (8, 1), (1, 1))):
+    for (N, K), (M, R) in zip(((37, 1024), (5, 2560), (9, 4096), (3, 256), (7, 1280)),
+                              ((1, 2), (3, 2), (8, 1), (1, 1), (1, 4))):
         raw = ref.random_blocks(t, N * K // nv, seed=N + M, scale=0.05).reshape(-1)
         x = torch.randn(M, K, generator=torch.Generator().manual_seed(M)).half()
         packing.pack(raw, t, N, K).numpy().tofile(tmp_path / "w.bin")

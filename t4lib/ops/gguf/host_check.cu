@@ -44,6 +44,7 @@ void run(const Weights& w, const half* x, float* y) {
 template <class F>
 int dispatch(int M, int R, const Weights& w, const half* x, float* y) {
   if (M == 1 && R == 4) run<F, 1, 4>(w, x, y);
+  else if (M == 1 && R == 2) run<F, 1, 2>(w, x, y);
   else if (M == 1 && R == 1) run<F, 1, 1>(w, x, y);
   else if (M == 3 && R == 2) run<F, 3, 2>(w, x, y);
   else if (M == 8 && R == 1) run<F, 8, 1>(w, x, y);
