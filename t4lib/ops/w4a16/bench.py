@@ -7,6 +7,13 @@ a 5120 -> 17408 projection. ``bytes_moved`` for the quantized kernels is what
 they read and write: packed weights + scales + x + y. Entry point:
 ``run(out_dir)`` writes ``w4a16_gemv.json``, ``w4a16_gemm.json`` and
 ``w4a16_serving.json`` under ``out_dir`` and returns all figures.
+
+GEMV figures time the automatic kernel choice (``w4a16_gemv``) and the other
+GEMV kernel forced (``w4a16_gemv_mma`` or ``w4a16_gemv_lanes``);
+``.../uses_tensor_cores`` says which one the automatic choice is. Serving
+figures add ``ops_per_decode_step`` (what one graph replay launches) and, for
+the 7B shape, the opt-in policy with ``lm_head`` quantized. ``bench_wall_s/*``
+record each section's wall time.
 """
 from __future__ import annotations
 
