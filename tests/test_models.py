@@ -155,6 +155,12 @@ def test_committed_models_budget_and_records():
             f"{d.name} was trained on other data than the committed math_train.jsonl"
         for k in ("math_exact_match", "copy_token_accuracy", "abstention_rate"):
             assert 0.0 <= rec["eval"][k] <= 1.0
+        tok_sha = corpus.sha256("tokenizer/tokenizer.json")
+        assert rec["tokenizer_sha256"] == tok_sha, \
+            f"{d.name} was trained with another tokenizer; retrain: {tiny.train_command(d.name)}"
+        assert (d / "tokenizer.json").read_bytes() != b"" and \
+            json.loads((d / "tokenizer.json").read_text())["pre_tokenizer"] == \
+            json.loads((REPO / "data" / "tokenizer" / "tokenizer.json").read_text())["pre_tokenizer"]
 
 
 @pytest.mark.skipif(not (MODELS / "tiny-cpu" / "config.json").is_file(), reason="tiny-cpu not committed")

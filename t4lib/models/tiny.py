@@ -86,7 +86,7 @@ PRESETS = {
                        num_key_value_heads=1, intermediate_size=384, steps=800, batch_size=16,
                        seq_len=256, lr=3e-3, warmup=30, eval_math=300, eval_copy=300, threads=2),
     "tiny-gpu": Preset("tiny-gpu", hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
-                       num_key_value_heads=2, intermediate_size=1024, steps=800, batch_size=64,
+                       num_key_value_heads=2, intermediate_size=1024, steps=2000, batch_size=64,
                        seq_len=256, lr=2e-3, warmup=100, eval_math=400, eval_copy=300, eval_batch=128),
     "micro": Preset("micro", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     num_key_value_heads=1, intermediate_size=64, steps=4, batch_size=4, seq_len=64,
