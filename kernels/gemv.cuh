@@ -355,11 +355,12 @@ __global__ void __launch_bounds__(kMmaThreads, kMmaMinBlocks) gemv_mma_kernel(Ar
   }
 }
 
-// Split for the tensor-core kernel, from the shape and SM count only: the fewest slices that give
-// every SM 16 warps of work, never more slices than steps.
+// Split for the tensor-core kernel, from the shape and SM count only: the fewest slices (at least
+// 2: the S = 1 variant needs a few more registers when JIT-compiled for sm_90) that give every SM
+// 16 warps of work, never more slices than steps.
 inline int choose_mma_split(int n_groups, int n_steps, int sms) {
   const long long want = 16LL * sms;
-  int s = 1;
+  int s = n_steps >= 2 ? 2 : 1;
   while (s < kMmaWarps && (long long)n_groups * s < want && s * 2 <= n_steps) s *= 2;
   return s;
 }
