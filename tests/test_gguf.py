@@ -11,7 +11,8 @@ import torch
 gguf = pytest.importorskip("gguf", reason="the gguf package (t4lib[gguf]) is not installed")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-from t4lib.ops.gguf import FORMATS, gguf_dequant, gguf_gemv, packing, reference as ref, type_id  # noqa: E402
+from t4lib.ops.gguf import (FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, packing,  # noqa: E402
+                            reference as ref, type_id)
 from t4lib.quant.gguf import GGUFError, GGUFFile, TinyQwen35Dims, write_tiny_qwen35  # noqa: E402
 
 NAMES = [v[0] for v in FORMATS.values()]
@@ -176,6 +177,25 @@ def test_gemv_layout_support_and_errors():
     assert gguf_gemv(raw, "Q8_0", x, 1, 352, out=out) is out and torch.isfinite(out).all()
 
 
+def test_gemv_packed_op_reference_and_errors():
+    t = type_id("Q6_K")
+    N, K = 3, 512
+    raw = ref.random_blocks(t, N * K // 256, seed=9).reshape(-1)
+    p = pack_for_gemv(raw, "Q6_K", N, K)
+    x = torch.randn(2, K).half()
+    assert torch.equal(gguf_gemv_packed(p, t, x, N, K), gguf_gemv(raw, t, x, N, K))
+    with pytest.raises(ValueError, match="packed has 1259 bytes but 1536 Q6_K values need 1260"):
+        gguf_gemv_packed(p[:-1], t, x, N, K)
+    with pytest.raises(ValueError, match="Q5_K with K=512 has no GEMV layout"):
+        gguf_gemv_packed(p, "Q5_K", x, N, K)
+    with pytest.raises(ValueError, match="Q5_K with K=512 has no GEMV layout"):
+        pack_for_gemv(torch.zeros(N * 2 * 176, dtype=torch.uint8), "Q5_K", N, K)
+    with pytest.raises(TypeError, match="packed must have dtype torch.uint8"):
+        gguf_gemv_packed(p.float(), t, x, N, K)
+    with pytest.raises(ValueError, match="x must have K=512 columns"):
+        gguf_gemv_packed(p, t, x[:, :256].contiguous(), N, K)
+
+
 def test_gemv_layout_cache_follows_the_tensor():
     from t4lib.ops import gguf as ops_gguf
 
@@ -320,6 +340,9 @@ def test_cuda_gemv_graph_replay_and_inplace_update(name):
         w = ref.dequantize(r.cpu(), t, (N, K)).half().float()
         want = x.float().cpu() @ w.t()
         assert ((e.float().cpu() - want).abs() <= 4 * 2.0 ** -11 * (x.float().cpu().abs() @ w.abs().t()) + 1e-3).all()
+    p = pack_for_gemv(sets[2][0], t, N, K)  # the explicit packed op gives the same bits
+    out = torch.full((1, N), float("nan"), dtype=torch.float16, device="cuda")
+    assert torch.equal(gguf_gemv_packed(p, t, sets[2][1], N, K, backend="cuda", out=out), eager[2])
     raw, x = sets[0]
     raw.copy_(sets[1][0])  # in place: the GEMV-layout copy must follow
     assert torch.equal(gguf_gemv(raw, t, x, N, K, backend="cuda"), gguf_gemv(sets[1][0], t, x, N, K, backend="cuda"))

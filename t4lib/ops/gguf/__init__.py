@@ -15,6 +15,8 @@ that tensor lives; it is made again if the tensor is modified in place through
 PyTorch (its version counter changes). Writes that bypass PyTorch's version
 counter (raw pointers) are not seen: call :func:`clear_gemv_cache` after them.
 ``layout="gguf"`` forces the kernel that reads the GGUF blocks as stored.
+To keep only the aligned copy on the device (half the weight memory), pack
+once with :func:`pack_for_gemv` and call :func:`gguf_gemv_packed`.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from .._dispatch import check, same_device, use_cuda
 from . import binding, packing, reference
 from .reference import FORMATS, TYPE_OF
 
-__all__ = ["gguf_dequant", "gguf_gemv", "clear_gemv_cache", "FORMATS", "TYPE_OF", "type_id", "nbytes"]
+__all__ = ["gguf_dequant", "gguf_gemv", "gguf_gemv_packed", "pack_for_gemv", "clear_gemv_cache", "FORMATS", "TYPE_OF",
+           "type_id", "nbytes"]
 
 MAX_M = 8
 
@@ -147,6 +150,50 @@ def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, bac
     if out is not None:
         if tuple(out.shape) != (M, N) or out.dtype != torch.float16:
             raise ValueError(f"out must be float16 of shape ({M}, {N}), got {out.dtype} {tuple(out.shape)}")
+        out.copy_(y)
+        return out
+    return y
+
+
+def pack_for_gemv(raw: torch.Tensor, ggml_type, N: int, K: int) -> torch.Tensor:
+    """GGUF bytes of W [N, K] -> the GEMV layout of :mod:`.packing` (same size, same device)."""
+    t = type_id(ggml_type)
+    _check_raw(raw, t, N * K)
+    if not packing.supports(t, K):
+        raise ValueError(f"{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
+                         f"multiple of 64)")
+    return packing.pack(raw, t, N, K).contiguous()
+
+
+def gguf_gemv_packed(packed: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, backend: str = "auto",
+                     max_ctas: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """As :func:`gguf_gemv` with W given in the GEMV layout (from :func:`pack_for_gemv`)."""
+    t = type_id(ggml_type)
+    if not packing.supports(t, K):
+        raise ValueError(f"{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
+                         f"multiple of 64)")
+    check("packed", packed, dtype=torch.uint8, contiguous=True, align=16)
+    want = nbytes(t, N * K)
+    if packed.numel() != want:
+        raise ValueError(f"packed has {packed.numel()} bytes but {N * K} {FORMATS[t][0]} values need {want}")
+    check("x", x, dtype=torch.float16, ndim=2, align=16)
+    M = x.shape[0]
+    if x.shape[1] != K:
+        raise ValueError(f"x must have K={K} columns, got shape {tuple(x.shape)}")
+    if not 1 <= M <= MAX_M:
+        raise ValueError(f"x must have 1..{MAX_M} rows for the GEMV, got {M}")
+    same_device(packed=packed, x=x)
+    if out is not None:
+        check("out", out, dtype=torch.float16, ndim=2)
+        same_device(out=out, x=x)
+        if tuple(out.shape) != (M, N):
+            raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
+    if use_cuda(backend, binding.FAMILY, x.device):
+        y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
+        binding.gemv_packed(t, packed, x, y, M, N, K, max_ctas or 0)
+        return y
+    y = reference.gemv(packing.unpack(packed.cpu(), t, N, K), t, x, N, K)
+    if out is not None:
         out.copy_(y)
         return out
     return y
