@@ -33,22 +33,6 @@
 //     // and chunks in flight per lane, as a function of M.
 //   };
 //
-// Optional tensor-core hook (formats with a scale per group of >= 4 chunks, e.g. INT4-g128):
-//
-//   static constexpr bool kMma = true;
-//   // Exact, unscaled values 8j .. 8j+7 (j = 0..3) of the chunk as 4 fp16 pairs (v_8j+2t, v_8j+2t+1).
-//   __device__ static void ints(const Frag& f, int j, half2 (&v)[4]);
-//   // The chunk's scale: value = ints * scale.
-//   __device__ static float scale(const Frag& f);
-//
-// When a trait has it and group_size is a multiple of 4 * kChunk, launch() uses gemv_mma_kernel:
-// the dot products run on mma.sync m16n8k8 (sm_75 PTX) with the weights as the 16-row A operand
-// and the M <= 8 activation rows as the 8 columns of B, fp32 accumulation, and the scale applied
-// in fp32 once per 4 chunks. The fp16 ALU work left per weight is only the dequantization.
-// Numerics there: products of exact small integers and fp16 x are exact, sums are fp32, so the
-// result differs from the reference (which rounds q * s to fp16 first) by at most 2^-11 of
-// sum |x w| plus fp32 noise: inside the template's bound.
-//
 // `t4::gemv::Weights` carries both layouts the formats need:
 //   * separate arrays (INT4, FP8): `data` = packed weights, row n at
 //     data + n * row_bytes; `scales` = fp16 scales [N, K / group_size]
@@ -113,7 +97,6 @@ struct Tuning {
 template <class F, int M, int R, int U, int S>
 __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kernel(Args a) {
   static_assert(kWarps % S == 0, "split must divide the warps of a CTA");
-  static_assert(R * M <= 32, "one lane stores each of the R x M outputs of a warp");
   constexpr int kGroupsPerCta = kWarps / S;
   __shared__ float red[S > 1 ? S : 1][R][M];
 
@@ -230,199 +213,12 @@ inline int launch_m(const Args& a, int max_ctas, cudaStream_t stream) {
   return split == 1 ? launch_ms<F, M, 1>(a, max_ctas, stream) : launch_ms<F, M, 4>(a, max_ctas, stream);
 }
 
-// ---------------------------------------------------------------- tensor-core path (optional hook)
-
-__device__ __forceinline__ uint4 ldg16(const void* p);  // defined with the trait helpers below
-
-template <class F, class = void>
-struct HasMma {
-  static constexpr bool value = false;
-};
-template <class F>
-struct HasMma<F, decltype(void(F::kMma))> {
-  static constexpr bool value = F::kMma;
-};
-
-constexpr int kMmaWarps = 8;                // warps per CTA of the tensor-core kernel
-constexpr int kMmaThreads = 32 * kMmaWarps;
-constexpr int kMmaRows = 16;                // rows of W per warp (the A operand's M)
-constexpr int kMmaU = 4;
-constexpr int kMmaMinBlocks = 3;            // 24 resident warps per SM (<= 85 registers: no spills)                    // 4-chunk steps in flight per warp (2 x 16-byte loads per lane each)
-
-// d += A (16 x 8 fp16, row) * B (8 x 8 fp16, col), fp32 accumulate. Fragments (PTX ISA, m16n8k8 .f16):
-// g = lane / 4, p = lane % 4; a0 = A[g][2p, 2p+1], a1 = A[g+8][2p, 2p+1]; b0 = B[2p, 2p+1][g];
-// d0, d1 = D[g][2p, 2p+1], d2, d3 = D[g+8][2p, 2p+1].
-__device__ __forceinline__ void mma_16x8x8(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(b0));
-}
-
-// Work split: a warp owns 16 consecutive rows (row0 + g and row0 + g + 8 for lane (g, p)); one
-// "step" covers 4 consecutive chunks of those rows, lane (g, p) loading chunk 4 * step + p of both
-// of its rows. In every mma the logical k pair 2p, 2p+1 of lane (g, p) is the same actual k for
-// the A rows and for the B column (x row g), so the tensor core sums chunk pairs of the 4 lanes of
-// a quad; 16 mmas (4 words x 4 pairs) finish the step. A step lies in one scale group (host check),
-// so the step's partial is scaled once, in fp32. S warps of a CTA split the steps of a row group
-// (warp slice ks takes steps ks, ks + S, ...) and reduce through shared memory in slice order;
-// CTAs walk the row groups grid-stride: bit-identical for any grid.
-template <class F, int S>
-__global__ void __launch_bounds__(kMmaThreads, kMmaMinBlocks) gemv_mma_kernel(Args a) {
-  static_assert(kMmaWarps % S == 0, "split must divide the warps of a CTA");
-  constexpr int kGroupsPerCta = kMmaWarps / S;
-  __shared__ float red[S > 1 ? S : 1][kGroupsPerCta][32][4];
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, p = lane & 3;
-  const int ks = warp % S, gw = warp / S;
-  const int n_steps = a.w.K / (4 * F::kChunk);
-  const int n_groups = (a.w.N + kMmaRows - 1) / kMmaRows;
-  const int n_tasks = (n_groups + kGroupsPerCta - 1) / kGroupsPerCta;
-  const bool has_x = g < a.M;                 // lane (g, p) feeds x row g as column g of B
-  const half* xrow = a.x + (long long)(has_x ? g : 0) * a.ldx;
-
-  for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {  // uniform across the CTA
-    const int group = task * kGroupsPerCta + gw;
-    const int row0 = group * kMmaRows;
-    const int ra = min(row0 + g, a.w.N - 1), rb = min(row0 + g + 8, a.w.N - 1);  // rows past N: never stored
-    const bool live = group < n_groups;       // uniform across the warp
-    float acc[4] = {0.f, 0.f, 0.f, 0.f};
-
-    if (live) {
-      for (int s0 = ks; s0 < n_steps; s0 += S * kMmaU) {
-        typename F::Frag fa[kMmaU], fb[kMmaU];
-#pragma unroll
-        for (int u = 0; u < kMmaU; ++u) {     // all weight loads first: 2 x kMmaU 16-byte loads in flight
-          const int st = s0 + u * S;
-          if (st < n_steps) {
-            F::load(fa[u], a.w, ra, 4 * st + p);
-            F::load(fb[u], a.w, rb, 4 * st + p);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kMmaU; ++u) {
-          const int st = s0 + u * S;
-          if (st < n_steps) {                 // uniform across the warp
-            const int c = 4 * st + p;
-            float part[4] = {0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-              uint4 xv = ldg16(xrow + (long long)c * F::kChunk + 8 * j);  // every lane loads: no divergence before mma
-              if (!has_x) xv = make_uint4(0, 0, 0, 0);
-              half2 wa[4], wb[4];
-              F::ints(fa[u], j, wa);
-              F::ints(fb[u], j, wb);
-              mma_16x8x8(part, as_u32(wa[0]), as_u32(wb[0]), xv.x);
-              mma_16x8x8(part, as_u32(wa[1]), as_u32(wb[1]), xv.y);
-              mma_16x8x8(part, as_u32(wa[2]), as_u32(wb[2]), xv.z);
-              mma_16x8x8(part, as_u32(wa[3]), as_u32(wb[3]), xv.w);
-            }
-            const float sa = F::scale(fa[u]), sb = F::scale(fb[u]);
-            acc[0] = fmaf(part[0], sa, acc[0]);
-            acc[1] = fmaf(part[1], sa, acc[1]);
-            acc[2] = fmaf(part[2], sb, acc[2]);
-            acc[3] = fmaf(part[3], sb, acc[3]);
-          }
-        }
-      }
-    }
-    if (S > 1) {  // slice partials summed in slice order 0..S-1
-#pragma unroll
-      for (int i = 0; i < 4; ++i) red[ks][gw][lane][i] = acc[i];
-      __syncthreads();
-      if (ks == 0) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          float t = 0.f;
-#pragma unroll
-          for (int k = 0; k < S; ++k) t += red[k][gw][lane][i];
-          acc[i] = t;
-        }
-      }
-      __syncthreads();  // red is reused by the next task
-    }
-    if (live && ks == 0) {
-      const int m0 = 2 * p, na = row0 + g, nb = row0 + g + 8;
-      if (m0 < a.M) {
-        if (na < a.w.N) a.y[m0 * a.ldy + na] = __float2half_rn(acc[0]);
-        if (nb < a.w.N) a.y[m0 * a.ldy + nb] = __float2half_rn(acc[2]);
-      }
-      if (m0 + 1 < a.M) {
-        if (na < a.w.N) a.y[(m0 + 1) * a.ldy + na] = __float2half_rn(acc[1]);
-        if (nb < a.w.N) a.y[(m0 + 1) * a.ldy + nb] = __float2half_rn(acc[3]);
-      }
-    }
-  }
-}
-
-// Split for the tensor-core kernel, from the shape and SM count only: the fewest slices (at least
-// 2: the S = 1 variant needs a few more registers when JIT-compiled for sm_90) that give every SM
-// 16 warps of work, never more slices than steps.
-inline int choose_mma_split(int n_groups, int n_steps, int sms) {
-  const long long want = 16LL * sms;
-  int s = n_steps >= 2 ? 2 : 1;
-  while (s < kMmaWarps && (long long)n_groups * s < want && s * 2 <= n_steps) s *= 2;
-  return s;
-}
-
-template <class F, int S>
-inline int launch_mma_s(const Args& a, int max_ctas, int sms, cudaStream_t stream) {
-  const int n_groups = (a.w.N + kMmaRows - 1) / kMmaRows;
-  const int n_tasks = (n_groups + kMmaWarps / S - 1) / (kMmaWarps / S);
-  int per_sm = 1;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_mma_kernel<F, S>, kMmaThreads, 0);
-  if (per_sm < 1) per_sm = 1;
-  int grid = n_tasks < sms * per_sm ? n_tasks : sms * per_sm;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  if (grid < 1) grid = 1;
-  gemv_mma_kernel<F, S><<<grid, kMmaThreads, 0, stream>>>(a);
-  return static_cast<int>(cudaGetLastError());
-}
-
-// The tensor-core path pays off when the rows alone give the GPU enough warps (16-row groups x
-// slices); below that (few rows) the lane-per-chunk kernel spreads the work wider.
-inline bool mma_worthwhile(int N, int K, int chunk, int sms) {
-  const long long groups = (N + kMmaRows - 1) / kMmaRows;
-  const long long steps = K / (4 * chunk);
-  const long long slices = steps < kMmaWarps ? steps : kMmaWarps;
-  return groups * slices >= 8LL * sms;
-}
-
-template <class F>
-inline int launch_mma(const Args& a, int max_ctas, int sms, cudaStream_t stream) {
-  const int n_groups = (a.w.N + kMmaRows - 1) / kMmaRows;
-  switch (choose_mma_split(n_groups, a.w.K / (4 * F::kChunk), sms)) {
-    case 1: return launch_mma_s<F, 1>(a, max_ctas, sms, stream);
-    case 2: return launch_mma_s<F, 2>(a, max_ctas, sms, stream);
-    case 4: return launch_mma_s<F, 4>(a, max_ctas, sms, stream);
-    default: return launch_mma_s<F, 8>(a, max_ctas, sms, stream);
-  }
-}
-
-// Which kernel launch() runs: kPathAuto picks from the shape and SM count (tensor cores when the
-// trait has the hook, the groups allow it and mma_worthwhile), the others force one (tests,
-// benchmarks); kPathMma on a shape or trait that cannot take it is cudaErrorInvalidValue.
-constexpr int kPathAuto = 0, kPathLanes = 1, kPathMma = 2;
-
 // Host switch from the runtime M to the template. Returns a cudaError_t as int
 // (cudaErrorInvalidValue for M outside 1..kMaxM or K not a multiple of kChunk).
 template <class F>
-inline int launch(const Args& a, int max_ctas, cudaStream_t stream, int path = kPathAuto) {
+inline int launch(const Args& a, int max_ctas, cudaStream_t stream) {
   if (a.w.N <= 0 || a.M <= 0) return 0;
-  if (a.M > kMaxM || a.w.K <= 0 || a.w.K % F::kChunk || path < kPathAuto || path > kPathMma)
-    return static_cast<int>(cudaErrorInvalidValue);
-  bool mma_ok = false;
-  if constexpr (HasMma<F>::value)
-    mma_ok = a.w.group_size > 0 && a.w.group_size % (4 * F::kChunk) == 0 && a.w.K % (4 * F::kChunk) == 0;
-  if (path == kPathMma && !mma_ok) return static_cast<int>(cudaErrorInvalidValue);
-  if constexpr (HasMma<F>::value) {
-    if (mma_ok && path != kPathLanes) {
-      int dev = 0, sms = 1;
-      cudaGetDevice(&dev);
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-      if (path == kPathMma || mma_worthwhile(a.w.N, a.w.K, F::kChunk, sms)) return launch_mma<F>(a, max_ctas, sms, stream);
-    }
-  }
+  if (a.M > kMaxM || a.w.K <= 0 || a.w.K % F::kChunk) return static_cast<int>(cudaErrorInvalidValue);
   switch (a.M) {
     case 1: return launch_m<F, 1>(a, max_ctas, stream);
     case 2: return launch_m<F, 2>(a, max_ctas, stream);

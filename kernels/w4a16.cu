@@ -26,7 +26,7 @@
 
 #include "gemv.cuh"
 
-// t4lib:hot gemv_kernel gemv_mma_kernel w4a16_gemm_kernel
+// t4lib:hot gemv_kernel w4a16_gemm_kernel
 
 namespace {
 
@@ -38,7 +38,6 @@ using t4::gemv::Weights;
 // (group sizes are multiples of 32, so a chunk never straddles two groups).
 struct Int4G {
   static constexpr int kChunk = 32;
-  static constexpr bool kMma = true;  // tensor-core GEMV when group_size is 128 (gemv.cuh)
   struct Frag {
     uint4 q;
     half s;
@@ -48,19 +47,6 @@ struct Int4G {
     const int gshift = __ffs(w.group_size) - 1;  // group_size is a power of two (host-checked)
     f.s = __ldg(w.scales + (long long)n * (w.K >> gshift) + ((c * kChunk) >> gshift));
   }
-  // Exact integers -8..7 of word j, the same values as t4::dequant_int4x8 with one shift instead of
-  // three: the odd pairs are masked in place (0x00F000F0 gives fp16 1024 + 16 (n ^ 8)) and one FMA,
-  // h / 16 - 72 = (n ^ 8) - 8, lands on an exactly representable integer (a single rounding of an
-  // exact value), so it is exact.
-  __device__ __forceinline__ static void ints(const Frag& f, int j, half2 (&v)[4]) {
-    const uint32_t q = reinterpret_cast<const uint32_t*>(&f.q)[j], q8 = q >> 8;
-    const half2 k1032 = t4::as_half2(0x64086408u), k1_16 = t4::as_half2(0x2C002C00u), km72 = t4::as_half2(0xD480D480u);
-    v[0] = __hsub2(t4::as_half2(t4::lop3<0x6A>(q, 0x000F000Fu, 0x64086408u)), k1032);
-    v[1] = __hfma2(t4::as_half2(t4::lop3<0x6A>(q, 0x00F000F0u, 0x64806480u)), k1_16, km72);
-    v[2] = __hsub2(t4::as_half2(t4::lop3<0x6A>(q8, 0x000F000Fu, 0x64086408u)), k1032);
-    v[3] = __hfma2(t4::as_half2(t4::lop3<0x6A>(q8, 0x00F000F0u, 0x64806480u)), k1_16, km72);
-  }
-  __device__ __forceinline__ static float scale(const Frag& f) { return __half2float(f.s); }
   template <int M, int R>
   __device__ __forceinline__ static void dot(const Frag (&f)[R], const Weights& w, int c,
                                              const half* __restrict__ x, long long ldx, float (&acc)[R][M]) {
@@ -261,9 +247,8 @@ bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 
 // y[M, N] = x[M, K] @ W_deq[N, K]^T for M = 1..8. qweight [N, K/8] int32, scales [N, K/group_size] fp16.
 // Requires K % group_size == 0, group_size in {32, 64, 128}, 16-byte aligned x and qweight.
-// path: 0 auto, 1 the lane-per-chunk kernel, 2 the tensor-core kernel (group_size 128 only).
-T4_API int t4_w4a16_gemv_path(const uint32_t* qweight, const half* scales, const half* x, half* y, int M, int N,
-                              int K, int group_size, int max_ctas, int path, cudaStream_t stream) {
+T4_API int t4_w4a16_gemv(const uint32_t* qweight, const half* scales, const half* x, half* y, int M, int N, int K,
+                         int group_size, int max_ctas, cudaStream_t stream) {
   if (!valid_group(group_size) || K % group_size) return static_cast<int>(cudaErrorInvalidValue);
   t4::gemv::Args a;
   a.w.data = reinterpret_cast<const uint8_t*>(qweight);
@@ -278,19 +263,7 @@ T4_API int t4_w4a16_gemv_path(const uint32_t* qweight, const half* scales, const
   a.y = y;
   a.ldy = N;
   a.M = M;
-  return t4::gemv::launch<Int4G>(a, max_ctas, stream, path);
-}
-
-T4_API int t4_w4a16_gemv(const uint32_t* qweight, const half* scales, const half* x, half* y, int M, int N, int K,
-                         int group_size, int max_ctas, cudaStream_t stream) {
-  return t4_w4a16_gemv_path(qweight, scales, x, y, M, N, K, group_size, max_ctas, t4::gemv::kPathAuto, stream);
-}
-
-// 2 when the automatic GEMV choice for this shape on the current device is the tensor-core
-// kernel, 1 when it is the lane-per-chunk kernel (what the benchmark records beside its figures).
-T4_API int t4_w4a16_gemv_auto_path(int N, int K, int group_size) {
-  if (group_size % 128 || K % 128 || N <= 0) return t4::gemv::kPathLanes;
-  return t4::gemv::mma_worthwhile(N, K, Int4G::kChunk, sm_count()) ? t4::gemv::kPathMma : t4::gemv::kPathLanes;
+  return t4::gemv::launch<Int4G>(a, max_ctas, stream);
 }
 
 // Number of K splits the GEMM will use for this shape on the current device

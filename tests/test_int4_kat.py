@@ -107,8 +107,8 @@ def test_int4_kat_cuda():
 @pytest.mark.gpu
 @pytest.mark.parametrize("n_words,group,max_blocks", [(8, None, None), (1000, 32, None), (4096, 128, 3),
                                                       (333 * 4, 32, 1), (128, 8, None), (129, 8, None),
-                                                      (128 * 37 + 5, 64, None), (128 * 600, None, 7),
-                                                      (128 * 600 + 127, 128, None)])
+                                                      (128 * 37 + 8, 64, None), (128 * 600, None, 7),
+                                                      (128 * 600 + 112, 128, None)])
 def test_int4_cuda_matches_reference(n_words, group, max_blocks):
     g = torch.Generator().manual_seed(n_words)
     v = torch.randint(-8, 8, (n_words * 8,), generator=g, dtype=torch.int8)

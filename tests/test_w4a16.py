@@ -86,12 +86,6 @@ def test_device_mismatch_is_an_error():
         ops.gemv(_x(1, 256).cuda(), _w(8, 256))
 
 
-def test_binding_rejects_unknown_gemv_path():
-    w, x = _w(8, 128), _x(1, 128)
-    with pytest.raises(ValueError, match="path"):
-        binding.gemv(x, w.qweight, w.scales, 128, torch.empty(1, 8, dtype=torch.float16), path="fast")
-
-
 # ---------------------------------------------------------------- GPU
 
 def _check(y, x, w):
@@ -164,60 +158,3 @@ def test_gemv_unaligned_x_view():
     buf = _x(1, 257, device="cuda")
     x = buf[:, 1:]  # 2-byte offset: copied to an aligned buffer by the op
     _check(ops.gemv(x, w, backend="cuda"), x, w)
-
-
-# Both GEMV kernels, forced (the automatic choice depends on the SM count): the lane-per-chunk
-# kernel and the tensor-core (mma.sync m16n8k8) kernel of gemv.cuh, every M, odd N, long K.
-MMA_SHAPES = [(896, 896), (4864, 896), (257, 512), (1, 128), (33, 1152), (17, 17408), (300, 4864)]
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("path", ["lanes", "mma"])
-@pytest.mark.parametrize("M", [1, 2, 3, 4, 5, 6, 7, 8])
-@pytest.mark.parametrize("N,K", MMA_SHAPES)
-def test_gemv_paths_match_reference(N, K, M, path, nan_empty):
-    w, x = _w(N, K, 128, seed=N + K, device="cuda"), _x(M, K, seed=M, device="cuda")
-    out = nan_empty(M, N)
-    binding.gemv(x, w.qweight, w.scales, 128, out, path=path)
-    torch.cuda.synchronize()
-    _check(out, x, w)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("M", [1, 5, 8])
-@pytest.mark.parametrize("N,K", [(896, 4864), (4864, 896), (300, 17408 // 128 * 128), (17408 // 8, 640)])
-def test_gemv_mma_bit_identical_for_any_grid_cap(M, N, K):
-    w, x = _w(N, K, device="cuda"), _x(M, K, device="cuda")
-    full = torch.empty(M, N, dtype=torch.float16, device="cuda")
-    binding.gemv(x, w.qweight, w.scales, 128, full, path="mma")
-    for cap in (1, 3, 40, 132, 1000):
-        y = torch.full_like(full, float("nan"))
-        binding.gemv(x, w.qweight, w.scales, 128, y, max_ctas=cap, path="mma")
-        assert torch.equal(y, full), f"max_ctas={cap} changed the result"
-
-
-@pytest.mark.gpu
-def test_gemv_mma_path_rejects_small_groups():
-    w, x = _w(64, 256, g=64, device="cuda"), _x(1, 256, device="cuda")
-    out = torch.empty(1, 64, dtype=torch.float16, device="cuda")
-    with pytest.raises(RuntimeError, match="t4_w4a16_gemv"):
-        binding.gemv(x, w.qweight, w.scales, 64, out, path="mma")
-    binding.gemv(x, w.qweight, w.scales, 64, out, path="auto")  # falls back to the lane kernel
-    _check(out, x, w)
-
-
-@pytest.mark.gpu
-def test_gemv_mma_replays_in_cuda_graph():
-    w, x = _w(4864, 896, device="cuda"), _x(3, 896, device="cuda")
-    out = torch.full((3, 4864), float("nan"), dtype=torch.float16, device="cuda")
-    binding.gemv(x, w.qweight, w.scales, 128, out, path="mma")
-    want = out.clone()
-    out.fill_(float("nan"))
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        binding.gemv(x, w.qweight, w.scales, 128, out, path="mma")
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(out, want)
-    _check(out, x, w)

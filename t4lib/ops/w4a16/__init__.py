@@ -2,14 +2,9 @@
 
 ``gemv(x, w)``: ``x [M, K] fp16`` with ``M = 1..8`` (decode), ``w`` a
 :class:`t4lib.quant.w4a16.QuantizedWeight` ``[N, K]`` -> ``y [M, N] fp16``,
-``y = x @ W_deq^T`` accumulated in fp32. One template (kernels/gemv.cuh)
-reads each weight byte once with 16-byte loads and dequantizes in registers,
-in one of two kernels chosen from the shape and SM count: for group size 128
-and enough rows, the dot products run on tensor cores (mma.sync m16n8k8, the
-M <= 8 activation rows as the 8 columns of B, so M = 8 costs about what M = 1
-does); otherwise one lane per 32-value chunk with half2 FMAs
-(``binding.gemv(..., path=...)`` forces either; ``binding.gemv_auto_path``
-says which one a shape gets).
+``y = x @ W_deq^T`` accumulated in fp32. One templated kernel
+(kernels/gemv.cuh) reads each weight byte once with 16-byte loads and
+dequantizes in registers.
 
 ``gemm(x, w)``: any M (prefill), WMMA m16n16k16 tensor cores on weight tiles
 dequantized into shared memory, fp32 accumulation.

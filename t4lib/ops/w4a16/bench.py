@@ -7,13 +7,6 @@ a 5120 -> 17408 projection. ``bytes_moved`` for the quantized kernels is what
 they read and write: packed weights + scales + x + y. Entry point:
 ``run(out_dir)`` writes ``w4a16_gemv.json``, ``w4a16_gemm.json`` and
 ``w4a16_serving.json`` under ``out_dir`` and returns all figures.
-
-GEMV figures time the automatic kernel choice (``w4a16_gemv``) and the other
-GEMV kernel forced (``w4a16_gemv_mma`` or ``w4a16_gemv_lanes``);
-``.../uses_tensor_cores`` says which one the automatic choice is. Serving
-figures add ``ops_per_decode_step`` (what one graph replay launches) and, for
-the 7B shape, the opt-in policy with ``lm_head`` quantized. ``bench_wall_s/*``
-record each section's wall time.
 """
 from __future__ import annotations
 
@@ -26,7 +19,7 @@ import torch.nn.functional as F
 
 from ... import bench, hw, results
 from ...quant.w4a16 import QuantizedWeight
-from . import binding, gemm, gemv
+from . import gemm, gemv
 
 SOURCE = "t4lib.ops.w4a16.bench"
 GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896), (896, 896), (1536, 8960),
@@ -34,7 +27,7 @@ GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 
 GEMV_MULTI_M = [(2, 5120, 17408), (4, 5120, 17408), (8, 5120, 17408), (2, 896, 4864), (4, 896, 4864),
                 (8, 896, 4864)]
 GEMM_SHAPES = [(5120, 17408), (896, 4864)]
-GEMM_M = [16, 32, 64, 128]  # 128 already shows where cuBLAS's Hopper kernels win
+GEMM_M = [16, 32, 64, 128, 512]
 
 QWEN05 = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
               num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
@@ -70,14 +63,6 @@ def gemv_cases(M, K, N, with_bnb=True):
         "w4a16_gemv": (lambda x, q, s: gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda"),
                        lambda: (torch.randn(M, K, device=dev).half(), *_rand_qw(N, K))),
     }
-    other = "lanes" if binding.gemv_auto_path(N, K, 128, torch.cuda.current_device()) == "mma" else "mma"
-
-    def forced(x, q, s):  # the kernel the automatic choice did not take, for comparison
-        out = torch.empty(M, N, dtype=torch.float16, device=x.device)
-        binding.gemv(x, q, s, 128, out, path=other)
-        return out
-
-    cases[f"w4a16_gemv_{other}"] = (forced, lambda: (torch.randn(M, K, device=dev).half(), *_rand_qw(N, K)))
     bnb = _bnb() if with_bnb else None
     if bnb is not None:
         import bitsandbytes.functional as bf
@@ -90,14 +75,6 @@ def gemv_cases(M, K, N, with_bnb=True):
 
         cases["bnb_nf4"] = (lambda x, p, st: bnb.matmul_4bit(x, p.t(), quant_state=st), make_nf4)
     return cases
-
-
-def _path_figure(name, K, N):
-    path = binding.gemv_auto_path(N, K, 128, torch.cuda.current_device())
-    return results.figure(f"{name}/w4a16_gemv/uses_tensor_cores", 1.0 if path == "mma" else 0.0, "bool",
-                          "MEASURED", SOURCE, note="1: the automatic choice runs the mma.sync m16n8k8 GEMV of "
-                                                   "gemv.cuh on this device, 0: the lane-per-chunk GEMV; the "
-                                                   "w4a16_gemv_mma / w4a16_gemv_lanes case is the other one")
 
 
 def _gemv_section(figs, errors, quick):
@@ -115,7 +92,6 @@ def _gemv_section(figs, errors, quick):
                 res = bench.compare(gemv_cases(1, K, N, with_bnb=False), "cublas_fp16", bytes_moved=_qbytes(1, K, N),
                                     rounds=3, iters=it)
             figs += bench.to_figures(res, name, SOURCE)
-            figs.append(_path_figure(name, K, N))
             fp16_bytes = N * K * 2 + K * 2 + N * 2
             st = res["cases"]["cublas_fp16"]
             figs.append(results.figure(f"{name}/cublas_fp16/frac_copy_bw_own_bytes",
@@ -136,7 +112,6 @@ def _gemv_section(figs, errors, quick):
             res = bench.compare(gemv_cases(M, K, N, with_bnb=False), "cublas_fp16", bytes_moved=_qbytes(M, K, N),
                                 rounds=3, iters=it)
             figs += bench.to_figures(res, name, SOURCE)
-            figs.append(_path_figure(name, K, N))
         except Exception as e:
             errors.append(f"{name}: {type(e).__name__}: {e}")
 
@@ -190,35 +165,9 @@ def _time(fn, reps=3):
     return sorted(ts)[len(ts) // 2]
 
 
-def ops_per_step(eng) -> int:
-    """Non-view ATen ops one eager decode step dispatches (each one a kernel launch, or a few, on CUDA)."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Count(TorchDispatchMode):
-        n = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not func.is_view:
-                _Count.n += 1
-            return func(*args, **(kwargs or {}))
-
-    saved = [t.clone() for t in (eng.ids, eng.pos, eng.step_idx, eng.out)]
-    with torch.no_grad(), _Count():
-        eng._step()
-    for t, v in zip((eng.ids, eng.pos, eng.step_idx, eng.out), saved):
-        t.copy_(v)
-    return _Count.n
-
-
-def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: int = 16, hf_baseline: bool = True,
-                  reps: int = 3, lm_head_variant: bool = False, fp16_engine: bool = True):
-    """Figures for one model shape: HF static-cache generate (fp16) vs StaticEngine fp16 and W4A16.
-
-    ``fp16_engine``: also time StaticEngine on the fp16 model (engine overhead without quantization).
-    ``lm_head_variant``: afterwards also quantize ``lm_head`` (the explicit opt-in policy entry
-    ``default_policy(model, keep_fp16=())``) and report that engine's decode rate and bandwidth.
-    """
-    from ...quant import default_policy, quantize_model, weight_bytes
+def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: int = 16, hf_baseline: bool = True):
+    """Figures for one model shape: HF static-cache generate (fp16) vs StaticEngine fp16 and W4A16."""
+    from ...quant import quantize_model, weight_bytes
     from ...serving import StaticEngine, hf_generate
 
     figs = []
@@ -229,23 +178,22 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
     n_dec = new_tokens - 1
     if hf_baseline:
         hf_generate(m, ids, new_tokens)  # warm-up: same cache length, so the compiled forward is reused
-        t_hf = _time(lambda: hf_generate(m, ids, new_tokens), reps)
+        t_hf = _time(lambda: hf_generate(m, ids, new_tokens))
         figs.append(results.figure(f"{label}/hf_static/tokens_per_s", new_tokens / t_hf, "tokens/s", "MEASURED",
                                    SOURCE, env=env, note="model.generate(cache_implementation='static'), greedy, "
                                                          f"{new_tokens} new tokens after {prompt_len}, end to end"))
-    if fp16_engine:
-        eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
-        eng.generate(ids, 8)
-        r16 = eng.generate(ids, new_tokens)
-        figs.append(results.figure(f"{label}/engine_fp16/decode_tokens_per_s", r16.decode_tokens_per_s, "tokens/s",
-                                   "MEASURED", SOURCE, env=env, graph=r16.graph, graph_error=r16.graph_error))
-        del eng
+    eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
+    eng.generate(ids, 8)
+    r16 = eng.generate(ids, new_tokens)
+    figs.append(results.figure(f"{label}/engine_fp16/decode_tokens_per_s", r16.decode_tokens_per_s, "tokens/s",
+                               "MEASURED", SOURCE, env=env, graph=r16.graph, graph_error=r16.graph_error))
+    del eng
     quantize_model(m)  # RTN g128 on the GPU, lm_head and embeddings fp16
     q_bytes = weight_bytes(m)
     torch.cuda.empty_cache()
     eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
     eng.generate(ids, 8)
-    t_e2e = _time(lambda: eng.generate(ids, new_tokens), reps)
+    t_e2e = _time(lambda: eng.generate(ids, new_tokens))
     r = eng.generate(ids, new_tokens)
     figs += [
         results.figure(f"{label}/engine_w4a16/tokens_per_s", new_tokens / t_e2e, "tokens/s", "MEASURED", SOURCE,
@@ -268,77 +216,32 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
         results.figure(f"{label}/engine_w4a16/t4_projection_decode", 1.0 / hw.t4_time_estimate(r.bytes_per_step),
                        "tokens/s", "ESTIMATED", SOURCE, note="T4 roofline: bytes per decode step / 260 GB/s"),
     ]
-    try:
-        n_ops = ops_per_step(eng)
-        figs.append(results.figure(f"{label}/engine_w4a16/ops_per_decode_step", n_ops, "ops", "MEASURED", SOURCE,
-                                   env=env, layers=cfg_kw["num_hidden_layers"],
-                                   note="non-view ATen ops dispatched by one eager decode step (about one CUDA "
-                                        "kernel each): what the captured graph replays; at a few microseconds "
-                                        "per small kernel this, not weight bandwidth, bounds the step"))
-    except Exception as e:  # a counting failure must not cost the timing figures
-        figs.append(results.figure(f"{label}/engine_w4a16/ops_per_decode_step", float("nan"), "ops", "MEASURED",
-                                   SOURCE, env=env, note=f"count failed: {type(e).__name__}: {e}"))
     if hf_baseline:
         figs.append(results.figure(f"{label}/engine_w4a16/speedup_vs_hf_static", t_hf / t_e2e, "x", "ARITHMETIC",
                                    SOURCE, note="end-to-end time of HF static-cache generate (fp16) / StaticEngine "
                                                 "W4A16, same prompt and token count, same process"))
-    if lm_head_variant:
-        del eng
-        quantize_model(m, {"lm_head": default_policy(m, keep_fp16=())["lm_head"]})
-        torch.cuda.empty_cache()
-        eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
-        eng.generate(ids, 8)
-        r2 = eng.generate(ids, new_tokens)
-        q2 = weight_bytes(m)
-        figs += [
-            results.figure(f"{label}/engine_w4a16_lm_head/decode_tokens_per_s", r2.decode_tokens_per_s, "tokens/s",
-                           "MEASURED", SOURCE, env=env, graph=r2.graph, graph_error=r2.graph_error,
-                           note="opt-in policy: lm_head quantized too (default_policy(model, keep_fp16=()))"),
-            results.figure(f"{label}/engine_w4a16_lm_head/frac_copy_bw", r2.frac_copy_bw, "fraction", "ARITHMETIC",
-                           SOURCE, note=f"{r2.bytes_per_step:.4g} bytes per decode step x decode steps/s / copy "
-                                        f"bandwidth"),
-            results.figure(f"{label}/engine_w4a16_lm_head/weight_mem_cut", 1 - q2 / fp16_bytes, "fraction",
-                           "ARITHMETIC", SOURCE, note="1 - bytes of all parameters and buffers with lm_head "
-                                                      "quantized / fp16 bytes (tied embeddings stay fp16)"),
-        ]
     del eng, m
     torch.cuda.empty_cache()
     return figs
-
-
-def _wall_figure(what: str, t0: float) -> dict:
-    return results.figure(f"bench_wall_s/{what.removesuffix('.json')}", time.perf_counter() - t0, "s", "MEASURED",
-                          SOURCE, note="wall time of this benchmark section (model builds, compiles, timing)")
 
 
 def run(out_dir: str | Path, quick: bool = False, serving: bool = True) -> list[dict]:
     """Run every section (one failing section does not stop the others); write three results files."""
     out_dir = Path(out_dir)
     all_figs = []
-    t_start = time.perf_counter()
     for fname, section in (("w4a16_gemv.json", _gemv_section), ("w4a16_gemm.json", _gemm_section)):
         figs, errors = [bench.copy_bandwidth_figure(SOURCE)], []
-        t0 = time.perf_counter()
         try:
             section(figs, errors, quick)
         except Exception:
             errors.append(traceback.format_exc(limit=3))
-        figs.append(_wall_figure(fname, t0))
         results.write(out_dir / fname, figs, errors=errors, shapes="KxN (in x out)")
         all_figs += figs
     if serving:
         figs, errors = [], []
-        # 7B: 64 new tokens and 2 timed repetitions (after the compile warm-up) keep the whole run
-        # under ~100 s on an H200; the HF warm-up compile dominates the section either way.
-        # The 7B fp16-engine run is left out (the 0.5B one shows the engine's own overhead), and the 7B
-        # lm_head variant runs only while the whole benchmark is within ~70 s at that point.
-        for label, cfg, n, reps, lm, f16 in (("serve/qwen2.5-0.5b-shape", QWEN05, 128, 3, False, True),
-                                              ("serve/qwen2.5-7b-shape", QWEN7B, 64, 2, True, False)):
-            t0 = time.perf_counter()
+        for label, cfg, n in (("serve/qwen2.5-0.5b-shape", QWEN05, 128), ("serve/qwen2.5-7b-shape", QWEN7B, 128)):
             try:
-                figs += serve_compare(label, cfg, new_tokens=n // (2 if quick else 1), reps=reps,
-                                      lm_head_variant=lm and time.perf_counter() - t_start < 70, fp16_engine=f16)
-                figs.append(_wall_figure(label, t0))
+                figs += serve_compare(label, cfg, new_tokens=n // (2 if quick else 1))
             except Exception as e:
                 errors.append(f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
                 torch.cuda.empty_cache()

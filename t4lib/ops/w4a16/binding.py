@@ -18,10 +18,6 @@ def _lib() -> ctypes.CDLL:
     lib = _build.load(FAMILY)
     lib.t4_w4a16_gemv.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_gemv.restype = _I
-    lib.t4_w4a16_gemv_path.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P]
-    lib.t4_w4a16_gemv_path.restype = _I
-    lib.t4_w4a16_gemv_auto_path.argtypes = [_I, _I, _I]
-    lib.t4_w4a16_gemv_auto_path.restype = _I
     lib.t4_w4a16_gemm_splits.argtypes = [_I, _I, _I]
     lib.t4_w4a16_gemm_splits.restype = _I
     lib.t4_w4a16_gemm.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P]
@@ -29,28 +25,15 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-GEMV_PATHS = {"auto": 0, "lanes": 1, "mma": 2}
-
-
 def gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int, out: torch.Tensor,
-         max_ctas: int = 0, path: str = "auto") -> None:
-    """out [M, N] = x [M, K] @ W_deq^T, M = 1..8. ``path``: "auto" (shape-chosen), "lanes" (the
-    lane-per-chunk kernel) or "mma" (the tensor-core kernel; group_size 128 only)."""
-    if path not in GEMV_PATHS:
-        raise ValueError(f"path must be one of {sorted(GEMV_PATHS)}, got {path!r}")
+         max_ctas: int = 0) -> None:
+    """out [M, N] = x [M, K] @ W_deq^T, M = 1..8."""
     lib = _lib()
     M, K = x.shape
     N = qweight.shape[0]
-    st = lib.t4_w4a16_gemv_path(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
-                                GEMV_PATHS[path], stream(x.device))
+    st = lib.t4_w4a16_gemv(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
+                           stream(x.device))
     _build.check_status(lib, st, "t4_w4a16_gemv")
-
-
-@functools.lru_cache(maxsize=4096)
-def gemv_auto_path(N: int, K: int, group_size: int, device_index: int) -> str:
-    """"mma" or "lanes": the kernel path="auto" runs for this shape on that device."""
-    with torch.cuda.device(device_index):
-        return {1: "lanes", 2: "mma"}[int(_lib().t4_w4a16_gemv_auto_path(N, K, group_size))]
 
 
 @functools.lru_cache(maxsize=4096)

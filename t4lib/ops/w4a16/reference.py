@@ -11,10 +11,6 @@ Tolerance of the CUDA kernels against this reference (:func:`tolerance`):
   roundings is at most 2^-11 of the running |partial| <= sum of |x w| over the
   8 values, so ``|y - y_ref| <= 4 * 2^-11 * sum_k |x_k w_nk|`` plus the final
   fp16 rounding of ``y`` (2^-11 |y|) and fp32 summation noise.
-* GEMV, tensor-core kernel (group size 128; chosen by shape, see :mod:`t4lib.ops.w4a16`): the
-  exact integer weights times fp16 x go through mma.sync m16n8k8 with fp32 accumulation and the
-  group's scale is applied in fp32, so the only difference from the reference's fp16(q * s) is
-  that rounding, at most 2^-11 * sum_k |x_k w_nk|, plus fp32 summation noise: inside the bound.
 * GEMM: WMMA products of fp16 inputs are exact in fp32 and accumulate in
   fp32, so only the summation order and the final rounding differ: well
   inside the same bound.
