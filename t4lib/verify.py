@@ -106,6 +106,13 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     checks["gpu_tests"] = bool(outcomes) and entry["gpu_tests"]["counts"]["passed"] > 0 and not (
         entry["gpu_tests"]["counts"]["failed"] or entry["gpu_tests"]["counts"]["error"])
 
+    # every kernel family must have had GPU tests that ran and passed (a module
+    # skipped for a missing package, say, does not verify its family)
+    per_family = {fam: sum(1 for k, v in entry["gpu_tests"]["tests"].items()
+                           if v == "passed" and f"test_{fam}" in k) for fam in _build.families()}
+    entry["gpu_tests"]["passed_per_family"] = per_family
+    checks["every_family_tested"] = all(per_family.values())
+
     # 3. known-answer suites on the CUDA backend
     try:
         from . import kat
