@@ -165,16 +165,16 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
 
 def check_ledger() -> tuple[bool, str]:
     """(ok, why): is there a passing ledger entry for the current sources?"""
-    current = combined_hash(source_hashes())
-    seen = []
-    for p in sorted(ledger_dir().glob("*.json")) if ledger_dir().is_dir() else []:
-        e = json.loads(p.read_text())
-        seen.append(f"{p.name}: sources {e.get('sources_sha256', '?')[:12]} passed={e.get('passed')}")
-        if e.get("sources_sha256") == current and e.get("passed") is True:
-            return True, f"{p.name} verifies sources {current[:12]} on {e.get('device')}"
-    stale = sorted(set(source_hashes().items()) - {(k, v) for p in ledger_dir().glob("*.json")
-                                                   for k, v in json.loads(p.read_text()).get("sources", {}).items()}) \
+    hashes = source_hashes()
+    current = combined_hash(hashes)
+    entries = [(p.name, json.loads(p.read_text())) for p in sorted(ledger_dir().glob("*.json"))] \
         if ledger_dir().is_dir() else []
+    for name, e in entries:
+        if e.get("sources_sha256") == current and e.get("passed") is True:
+            return True, f"{name} verifies sources {current[:12]} on {e.get('device')}"
+    changed = sorted({path for path, h in hashes.items()
+                      if all(e.get("sources", {}).get(path) != h for _, e in entries)})
+    seen = [f"{name}: sources {e.get('sources_sha256', '?')[:12]} passed={e.get('passed')}" for name, e in entries]
     return False, (f"no passing GPU verification for kernel/binding sources {current[:12]}; run "
                    f"'python -m t4lib verify' on a GPU and commit results/verification/. Entries: {seen or 'none'}; "
-                   f"changed since any entry: {[k for k, _ in stale]}")
+                   f"changed since every entry: {changed}")
