@@ -39,7 +39,7 @@ run_notebooks() {
   "$PY" -m t4lib report --out results/README.md >/dev/null
   echo
   echo "Executed notebooks and metrics: $out/   (figure table: results/README.md)"
-  "$PY" -m t4lib report | grep -F "| $slug" | head -50 || true
+  "$PY" -m t4lib report | grep -F "| $slug/" | head -50 || true
   if [ ${#failed[@]} -gt 0 ]; then
     echo "FAILED notebooks: ${failed[*]}" >&2
     return 1
