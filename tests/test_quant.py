@@ -160,3 +160,76 @@ def test_dtype_casts_keep_the_format():
     assert q.scales.dtype == torch.float16 and q.qweight.dtype == torch.int32
     m.half()
     assert q.scales.dtype == torch.float16
+
+
+# ----------------------------------------------------------------------------- quality measurement
+
+def _micro_checkpoint(tmp_path):
+    """A random micro Qwen2 with the project tokenizer, saved like a trained preset."""
+    from t4lib.models import tiny
+
+    tok = tiny.load_tokenizer()
+    m = tiny_qwen2(vocab_size=-(-len(tok) // 64) * 64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                   num_attention_heads=2, num_key_value_heads=1, eos_token_id=tok.eos_token_id,
+                   pad_token_id=tok.pad_token_id)
+    with torch.no_grad():  # a wider weight spread than the init, so 4-bit rounding moves the loss
+        for n, p in m.named_parameters():
+            if n.endswith("proj.weight"):
+                p.normal_(0, 0.2, generator=torch.Generator().manual_seed(len(n)))
+    path = tmp_path / "micro"
+    m.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_quality_run_on_project_text(tmp_path):
+    import json
+
+    from t4lib import models, results
+    from t4lib.quant import quality
+
+    path = _micro_checkpoint(tmp_path)
+    r = quality.run(tmp_path / "out", str(path), group_sizes=(32, 64), primary=32, seq_len=64, calib_seqs=8,
+                    eval_seqs=6)
+    assert r["fallback"] is False and r["source"] == str(path)
+    assert r["eval_tokens"] == 6 * 63 and r["calib_tokens"] == 8 * 64
+    doc = json.loads((tmp_path / "out" / "w4a16_quality.json").read_text())
+    results.validate(doc)
+    assert doc["fallback"] is False and doc["primary_group_size"] == 32 and doc["eval_tokens"] == 6 * 63
+    figs = {f["name"]: f for f in doc["figures"]}
+    assert figs["w4a16_quality/ppl_fp"]["tag"] == "MEASURED" and figs["w4a16_quality/ppl_fp"]["device"]
+    # the written figures are the perplexities of independently rebuilt models on the same held-out rows
+    model, tok = models.load(str(path), dtype=torch.float32)
+    test = quality.heldout_ids(tok, 64, 6)
+    fp = quality.perplexity(model, test)
+    assert figs["w4a16_quality/ppl_fp"]["value"] == pytest.approx(fp, rel=1e-5)
+    rtn = quality.perplexity(quantize_model(model, default_policy(model, 64, "rtn"), inplace=False), test)
+    assert figs["w4a16_quality/g64/ppl_rtn"]["value"] == pytest.approx(rtn, rel=1e-5)
+    for g in (32, 64):
+        q = r["rows"][g]
+        assert q["rtn"] != q["fp"] and q["gptq"] != q["fp"]  # quantization really changed the model
+        assert figs[f"w4a16_quality/g{g}/gap_rtn"]["value"] == pytest.approx(q["rtn"] - q["fp"])
+    assert r["target_met"] == (r["rows"][32]["gap_rtn"] > 0 and r["rows"][32]["gap_ratio"] <= 0.5)
+    assert "MET" in quality.format_table(r)
+
+
+def test_quality_fallback_is_labelled(tmp_path):
+    from t4lib.quant import quality
+
+    r = quality.run(tmp_path, str(tmp_path / "no-such-model"), group_sizes=(64,), primary=64, fallback_steps=2,
+                    calib_seqs=8, eval_seqs=4)
+    assert r["fallback"] is True and r["source"].startswith("FALLBACK")
+    assert "FALLBACK" in quality.format_table(r)
+
+
+def test_quality_splits_and_errors():
+    from t4lib.models import corpus
+    from t4lib.quant import quality
+
+    held = quality.heldout_documents()
+    assert len(held) == len(corpus.load_jsonl("math_heldout.jsonl")) + len(corpus.load_jsonl("copy_heldout.jsonl"))
+    assert not set(held) & set(corpus.pretrain_documents())  # calibration text never contains a held-out doc
+    with pytest.raises(ValueError, match="files"):
+        quality.heldout_documents(("math_train.jsonl",))
+    with pytest.raises(ValueError, match="primary"):
+        quality.run(None, group_sizes=(64, 128), primary=32, write=False)
