@@ -6,7 +6,8 @@ documents (:func:`calibration_ids`), perplexity on packed rows of the
 *held-out* math and copy sets (:func:`heldout_ids`), both rendered the way
 pretraining renders a document (plain prompt + completion + EOS, concatenated
 and cut into rows). The two splits share no record. It writes the figures
-(tag MEASURED) to ``results/<device-slug>/w4a16_quality.json``.
+(tag MEASURED, computed on the CPU) to ``results/cpu/w4a16_quality.json``;
+``python -m t4lib.quant.quality`` runs it.
 
 Only when that checkpoint is absent does :func:`run` fall back to
 :func:`markov_model`: a small random Qwen2 trained for a few hundred steps on
