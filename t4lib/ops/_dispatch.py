@@ -44,6 +44,23 @@ def same_device(**tensors: torch.Tensor) -> torch.device:
     return next(iter(devs.values()))
 
 
+def check_group_scales(name: str, t: torch.Tensor, n_values: int, scales, group_size, multiple: int) -> None:
+    """Checks shared by the grouped-scale dequant ops: ``group_size`` a positive
+    multiple of ``multiple``; ``scales`` (optional) fp16 [n_values / group_size]
+    on the same device as ``t`` (named ``name``)."""
+    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0 or group_size % multiple:
+        raise ValueError(f"group_size must be a positive multiple of {multiple}, got {group_size!r}")
+    if scales is None:
+        return
+    check("scales", scales, dtype=torch.float16, ndim=1)
+    if n_values % group_size:
+        raise ValueError(f"{name} holds {n_values} values, not a multiple of group_size={group_size}")
+    if scales.numel() != n_values // group_size:
+        raise ValueError(f"scales must have {n_values // group_size} entries ({n_values} values / group_size "
+                         f"{group_size}), got {scales.numel()}")
+    same_device(**{name: t, "scales": scales})
+
+
 def use_cuda(backend: str, family: str, device: torch.device) -> bool:
     """True to run the CUDA library, False to run the reference."""
     if backend not in BACKENDS:

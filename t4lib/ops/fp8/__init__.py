@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check, same_device, use_cuda
+from .._dispatch import check, check_group_scales, use_cuda
 from . import binding, reference
 from .reference import MAX_FINITE, NAN_BYTES
 
@@ -31,17 +31,7 @@ def _check_len(name: str, t: torch.Tensor) -> None:
 def _validate_decode(data: torch.Tensor, scales: torch.Tensor | None, group_size: int) -> None:
     check("data", data, dtype=torch.uint8, ndim=1, align=8)
     _check_len("data", data)
-    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0 or group_size % VEC:
-        raise ValueError(f"group_size must be a positive multiple of {VEC}, got {group_size!r}")
-    if scales is not None:
-        check("scales", scales, dtype=torch.float16, ndim=1)
-        n = data.numel()
-        if n % group_size:
-            raise ValueError(f"data holds {n} values, not a multiple of group_size={group_size}")
-        if scales.numel() != n // group_size:
-            raise ValueError(f"scales must have {n // group_size} entries ({n} values / group_size "
-                             f"{group_size}), got {scales.numel()}")
-        same_device(data=data, scales=scales)
+    check_group_scales("data", data, data.numel(), scales, group_size, VEC)
 
 
 @torch.library.custom_op("t4lib::fp8_e4m3_decode", mutates_args=())

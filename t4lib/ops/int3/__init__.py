@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check, same_device, use_cuda
+from .._dispatch import check, check_group_scales, use_cuda
 from . import binding, reference
 from .reference import BLOCK, unpack_int3
 
@@ -22,17 +22,7 @@ def _validate(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int
     if packed.numel() % 3:
         raise ValueError(f"packed length must be a multiple of 3 (three bitplanes per block of 32 values), "
                          f"got {packed.numel()}")
-    if not isinstance(group_size, int) or isinstance(group_size, bool) or group_size <= 0 or group_size % BLOCK:
-        raise ValueError(f"group_size must be a positive multiple of {BLOCK}, got {group_size!r}")
-    if scales is not None:
-        check("scales", scales, dtype=torch.float16, ndim=1)
-        n = packed.numel() // 3 * BLOCK
-        if n % group_size:
-            raise ValueError(f"packed holds {n} values, not a multiple of group_size={group_size}")
-        if scales.numel() != n // group_size:
-            raise ValueError(f"scales must have {n // group_size} entries ({n} values / group_size "
-                             f"{group_size}), got {scales.numel()}")
-        same_device(packed=packed, scales=scales)
+    check_group_scales("packed", packed, packed.numel() // 3 * BLOCK, scales, group_size, BLOCK)
 
 
 @torch.library.custom_op("t4lib::int3_dequant", mutates_args=())

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check, same_device, use_cuda
+from .._dispatch import check, check_group_scales, use_cuda
 from . import binding, reference
 from .reference import unpack_int4
 
@@ -18,17 +18,7 @@ __all__ = ["int4_dequant", "pack_int4", "unpack_int4"]
 
 def _validate(packed: torch.Tensor, scales: torch.Tensor | None, group_size: int) -> None:
     check("packed", packed, dtype=torch.int32, ndim=1)
-    if not isinstance(group_size, int) or group_size <= 0 or group_size % 8:
-        raise ValueError(f"group_size must be a positive multiple of 8, got {group_size!r}")
-    if scales is not None:
-        check("scales", scales, dtype=torch.float16, ndim=1)
-        n = packed.numel() * 8
-        if n % group_size:
-            raise ValueError(f"packed holds {n} values, not a multiple of group_size={group_size}")
-        if scales.numel() != n // group_size:
-            raise ValueError(f"scales must have {n // group_size} entries ({n} values / group_size "
-                             f"{group_size}), got {scales.numel()}")
-        same_device(packed=packed, scales=scales)
+    check_group_scales("packed", packed, packed.numel() * 8, scales, group_size, 8)
 
 
 @torch.library.custom_op("t4lib::int4_dequant", mutates_args=())
