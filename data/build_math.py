@@ -271,18 +271,26 @@ def make_problem(rng: random.Random, tid: str, structure: str, text: str, names=
                 values={k: int(x) for k, x in v.items()})
 
 
-def build_split(split: str, n: int, seed: int) -> list[dict]:
+def unique_problems(split: str, seed: int):
+    """Problems from ``split``'s templates, cycling through them in order, each
+    question text at most once (a generator; deterministic for a seed)."""
     rng = random.Random(seed)
     tids = sorted(template_ids(split).items())
-    seen, out = set(), []
-    i = 0
-    while len(out) < n:
+    seen, i = set(), 0
+    while True:
         tid, (structure, text) = tids[i % len(tids)]
         i += 1
         rec = make_problem(rng, tid, structure, text)
-        if rec["question"] in seen:
-            continue
-        seen.add(rec["question"])
+        if rec["question"] not in seen:
+            seen.add(rec["question"])
+            yield tid, structure, rec
+
+
+def build_split(split: str, n: int, seed: int) -> list[dict]:
+    out = []
+    for _, _, rec in unique_problems(split, seed):
+        if len(out) == n:
+            break
         rec["id"] = f"math-{split}-{len(out):05d}"
         rec["split"] = split
         out.append(rec)

@@ -17,15 +17,14 @@ Usage: ``python data/build_traces.py [--out DIR]`` (writes traces.jsonl).
 
 from __future__ import annotations
 
-import random
 import re
 
 try:
     from _common import out_dir, write_jsonl
-    from build_math import STRUCTURES, make_problem, template_ids
+    from build_math import STRUCTURES, unique_problems
 except ImportError:
     from data._common import out_dir, write_jsonl
-    from data.build_math import STRUCTURES, make_problem, template_ids
+    from data.build_math import STRUCTURES, unique_problems
 
 from t4lib.models.schema import certify_trace, render_trace
 
@@ -57,16 +56,10 @@ def make_trace(rec: dict) -> str:
 
 
 def build_traces(n: int, seed: int) -> list[dict]:
-    rng = random.Random(seed)
-    tids = sorted(template_ids("train").items())
-    out, seen, i = [], set(), 0
-    while len(out) < n:
-        tid, (structure, text) = tids[i % len(tids)]
-        i += 1
-        rec = make_problem(rng, tid, structure, text)
-        if rec["question"] in seen:
-            continue
-        seen.add(rec["question"])
+    out = []
+    for tid, structure, rec in unique_problems("train", seed):
+        if len(out) == n:
+            break
         trace = make_trace(rec)
         certify_trace(trace, expected_answer=rec["answer"])   # raises if anything is off
         out.append(dict(id=f"trace-{len(out):04d}", template=tid, structure=structure,
