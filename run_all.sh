@@ -1,14 +1,22 @@
 #!/usr/bin/env bash
 # bash run_all.sh          install what is missing, run every notebook with papermill into results/<device>/
 # bash run_all.sh test     install what is missing, run the whole test suite (unit, compile checks, nbval, ledger)
+# bash run_all.sh run 00 03   only the notebooks whose names start with these numbers
 # PROFILE=auto|cpu|gpu|t4|kaggle-2xt4 is passed to every notebook (default auto).
+# T4LIB_NO_INSTALL=1 skips pip (an offline machine whose packages are already provisioned).
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
 MODE=${1:-run}
+shift || true
+ONLY=("$@")
 PROFILE=${PROFILE:-auto}
 
 install() {
+  if [ "${T4LIB_NO_INSTALL:-0}" = 1 ]; then
+    "$PY" -m ipykernel install --user --name python3 >/dev/null
+    return
+  fi
   # Keep an existing torch (Colab's, Kaggle's); otherwise take the pinned CPU build.
   "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q torch==2.13.0
   "$PY" -m pip install -q -e ".[notebooks,train,gguf,dev]"
@@ -30,6 +38,9 @@ run_notebooks() {
   mkdir -p "$out"
   local failed=()
   for nb in notebooks/[0-9][0-9]_*.ipynb; do
+    if [ ${#ONLY[@]} -gt 0 ] && ! printf '%s\n' "${ONLY[@]}" | grep -qx "$(basename "$nb" | cut -c1-2)"; then
+      continue
+    fi
     echo "== $nb (PROFILE=$PROFILE)"
     if ! papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
          "$nb" "$out/$(basename "$nb")"; then

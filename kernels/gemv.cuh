@@ -97,6 +97,7 @@ struct Tuning {
 template <class F, int M, int R, int U, int S>
 __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kernel(Args a) {
   static_assert(kWarps % S == 0, "split must divide the warps of a CTA");
+  static_assert(R * M <= 32, "one lane stores each of the R x M outputs of a warp");
   constexpr int kGroupsPerCta = kWarps / S;
   __shared__ float red[S > 1 ? S : 1][R][M];
 

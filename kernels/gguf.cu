@@ -2,10 +2,13 @@
 //
 // Bulk: out[b*kValues + i] = value i of block b, fp32 (bit-exact with gguf-py's
 // dequantize) or fp16 (that value rounded once). One thread per 8 values.
-// GEMV: y[m, n] = sum_k x[m, k] W[n, k] through kernels/gemv.cuh, W stored as
-// GGUF lays it out (row n = K / kValues contiguous blocks). The trait decodes
-// a 32-value chunk with the same per-format routine as the bulk path, rounds
-// to fp16 and feeds the template's fp16-partial / fp32-accumulate dot.
+// GEMV: y[m, n] = sum_k x[m, k] W[n, k] through kernels/gemv.cuh. Two entry
+// points: t4_gguf_gemv_packed (Q8_0, Q4_K, Q6_K, IQ4_XS in the aligned GEMV
+// layout of t4lib/ops/gguf/packing.py, traits in gguf_formats.cuh), and
+// t4_gguf_gemv on W as GGUF lays it out (row n = K / kValues contiguous
+// blocks) for every format: that trait decodes a 32-value chunk with the same
+// per-format routine as the bulk path (byte loads), rounds to fp16 and feeds
+// the template's fp16-partial / fp32-accumulate dot.
 #include "gemv.cuh"
 #include "gguf_formats.cuh"
 
@@ -122,6 +125,41 @@ struct Tuning<GgufTrait<F>, M> {
 }  // namespace gemv
 }  // namespace t4
 
+namespace t4 {
+namespace gemv {
+// GEMV-layout traits: R rows per warp share each activation load; U chunks in
+// flight per lane. A chunk of one row is 40 bytes of loads for Q4_K / IQ4_XS,
+// 56 for Q6_K, 68 for Q8_0. M = 1: 2 rows x 2 chunks in flight per lane (the
+// 80 chunks of a K = 5120 row take 2 rounds of loads per warp, not 3), small
+// row groups so the grid-stride tail of the last wave stays short; <= 128
+// registers, 16 warps per SM. Larger M trade rows for fp32 accumulators.
+template <int M>
+struct Tuning<t4::gguf::gv::PQ4_K, M> {
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
+  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
+};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ6_K, M> {
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
+  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
+};
+template <int M>
+struct Tuning<t4::gguf::gv::PIQ4_XS, M> {
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
+  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
+};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ8_0, M> {
+  static constexpr int R = M <= 4 ? 2 : 1;
+  static constexpr int U = M == 1 ? 2 : 1;
+  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
+};
+}  // namespace gemv
+}  // namespace t4
+
 #define T4_GGUF_SWITCH(type, CALL)            \
   switch (type) {                             \
     case Q8_0::kType: return CALL(Q8_0);      \
@@ -155,4 +193,33 @@ T4_API int t4_gguf_gemv(int ggml_type, const uint8_t* w, const half* x, half* y,
 #define T4_GV(F) gemv<F>(w, x, y, M, N, K, max_ctas, stream)
   T4_GGUF_SWITCH(ggml_type, T4_GV)
 #undef T4_GV
+}
+
+// y [M, N] fp16 = x [M, K] fp16 @ W^T with W in the GEMV layout of
+// t4lib/ops/gguf/packing.py (Q8_0, Q4_K, Q6_K, IQ4_XS; K a multiple of 64;
+// w 16-byte aligned; x 16-byte aligned).
+T4_API int t4_gguf_gemv_packed(int ggml_type, const uint8_t* w, const half* x, half* y, int M, int N, int K,
+                               int max_ctas, cudaStream_t stream) {
+  using namespace t4::gguf;
+  if (K % 64 || (ggml_type != Q8_0::kType && K % 256)) return static_cast<int>(cudaErrorInvalidValue);
+  t4::gemv::Args a;
+  a.w.data = w;
+  a.w.scales = nullptr;
+  a.w.aux = nullptr;
+  a.w.row_bytes = 0;  // the layout addresses planes from N, K
+  a.w.N = N;
+  a.w.K = K;
+  a.w.group_size = 0;
+  a.x = x;
+  a.ldx = K;
+  a.y = y;
+  a.ldy = N;
+  a.M = M;
+  switch (ggml_type) {
+    case Q8_0::kType: return t4::gemv::launch<gv::PQ8_0>(a, max_ctas, stream);
+    case Q4_K::kType: return t4::gemv::launch<gv::PQ4_K>(a, max_ctas, stream);
+    case Q6_K::kType: return t4::gemv::launch<gv::PQ6_K>(a, max_ctas, stream);
+    case IQ4_XS::kType: return t4::gemv::launch<gv::PIQ4_XS>(a, max_ctas, stream);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
 }

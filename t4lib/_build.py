@@ -102,6 +102,23 @@ def build(family: str, force: bool = False) -> Path:
     return out
 
 
+def build_many(families_: list[str] | None = None, force: bool = False) -> dict[str, Path | BuildError]:
+    """Build several families at once (one nvcc process each); per family the
+    library's path, or the BuildError that stopped it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    fams = list(families_ or families())
+
+    def one(fam):
+        try:
+            return build(fam, force=force)
+        except BuildError as e:
+            return e
+
+    with ThreadPoolExecutor(max(1, min(len(fams), os.cpu_count() or 1))) as ex:
+        return dict(zip(fams, ex.map(one, fams)))
+
+
 @functools.lru_cache(maxsize=None)
 def load(family: str) -> ctypes.CDLL:
     """Build if needed and load a family's library (cached per process)."""

@@ -37,9 +37,11 @@ def _build_cmd(args) -> int:
 
     fams = args.families or _build.families()
     rows, failed = [], []
-    for fam in fams:
+    for fam, built in _build.build_many(fams, force=args.force).items():
         try:
-            print(f"{fam}: {_build.build(fam, force=args.force)}")
+            if isinstance(built, _build.BuildError):
+                raise built
+            print(f"{fam}: {built}")
             if args.report:
                 rows += _build.resource_report(fam)
         except _build.BuildError as e:
@@ -109,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--report", action="store_true", help="print the -Xptxas -v resource table")
     v = sub.add_parser("verify", help="GPU tests, KATs, short bench -> results/verification/<device>.json")
     v.add_argument("--sanitize", action="store_true", help="also run the GPU tests under compute-sanitizer")
-    v.add_argument("--sanitize-timeout", type=int, default=240, help="seconds per sanitizer tool")
+    v.add_argument("--sanitize-timeout", type=int, default=240, help="seconds per sanitizer run (one tool over one test file)")
     v.add_argument("--no-bench", action="store_true")
     be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
     be.add_argument("names", nargs="*")

@@ -14,11 +14,13 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import _build, hw, results
@@ -53,13 +55,17 @@ def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeo
     cmd = [*(prefix or []), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            f"--junitxml={junit}", *args]
     t0 = time.time()
+    # Own process group: on a timeout the sanitizer *and* the Python it wraps are killed,
+    # so no orphan keeps the GPU busy for the runs that follow.
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     try:
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout)
-        rc, text = proc.returncode, proc.stdout + proc.stderr
-    except subprocess.TimeoutExpired as e:
-        rc = None
-        text = f"{e.stdout or ''}{e.stderr or ''}\nTIMED OUT after {timeout} s"
-        text = text if isinstance(text, str) else str(text)
+        text, _ = proc.communicate(timeout=timeout)
+        rc = proc.returncode
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        text, _ = proc.communicate()
+        rc, text = None, f"{text or ''}\nTIMED OUT after {timeout} s"
     out = {"cmd": " ".join(cmd), "returncode": rc, "seconds": round(time.time() - t0, 1),
            "tail": text[-4000:], "tests": {}}
     if junit.exists():
@@ -70,6 +76,41 @@ def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeo
                 if case.find(tag) is not None:
                     outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
             out["tests"][nodeid] = outcome
+    return out
+
+
+def _sanitize(targets: list[str], timeout: int, workers: int | None = None) -> dict:
+    """Each (tool, test file) pair in its own compute-sanitizer process, several at
+    once (instrumented runs are CPU-bound on the host side). Per tool: errors
+    summed over the files, clean only when every file ran to the end with zero."""
+    jobs = [(tool, t) for tool in SANITIZER_TOOLS for t in targets]
+    workers = workers or max(1, min(len(jobs), 24))  # GPU-light, host-CPU-bound: oversubscribe
+
+    def one(job):
+        tool, target = job
+        with tempfile.TemporaryDirectory() as tmp:
+            r = _pytest(["-m", "gpu and not slow", target], Path(tmp) / "s.xml",
+                        prefix=["compute-sanitizer", "--tool", tool, "--error-exitcode", "86",
+                                "--target-processes", "all"], timeout=timeout)
+        # memcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck: "... hazards displayed (N errors, ..."
+        m = re.findall(r"ERROR SUMMARY: (\d+) error|hazards displayed \((\d+) error", r["tail"])
+        counts = r.pop("tests")
+        r["errors"] = sum(int(a or b) for a, b in m) if m else None
+        r["tests_passed"] = sum(v == "passed" for v in counts.values())
+        r["tail"] = r["tail"][-1500:]
+        r["clean"] = r["returncode"] == 0 and r["errors"] == 0 and r["tests_passed"] > 0
+        return job, r
+
+    with ThreadPoolExecutor(workers) as ex:
+        done = dict(ex.map(one, jobs))
+    out = {}
+    for tool in SANITIZER_TOOLS:
+        files = {t: done[(tool, t)] for t in targets}
+        errs = [r["errors"] for r in files.values()]
+        out[tool] = {"clean": all(r["clean"] for r in files.values()),
+                     "errors": None if None in errs else sum(errs),
+                     "tests_passed": sum(r["tests_passed"] for r in files.values()),
+                     "seconds": max(r["seconds"] for r in files.values()), "files": files}
     return out
 
 
@@ -89,12 +130,8 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
 
     # 1. every family builds for sm_75 (spills and shared memory are checked by the
     #    CPU test suite, which compiles with -Xptxas -v)
-    builds = {}
-    for fam in _build.families():
-        try:
-            builds[fam] = {"ok": True, "library": _build.build(fam).name}
-        except _build.BuildError as e:
-            builds[fam] = {"ok": False, "error": str(e)[-2000:]}
+    builds = {fam: {"ok": False, "error": str(b)[-2000:]} if isinstance(b, _build.BuildError)
+              else {"ok": True, "library": b.name} for fam, b in _build.build_many().items()}
     entry["builds"] = builds
     checks["builds"] = all(b["ok"] for b in builds.values())
 
@@ -125,22 +162,11 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
 
     # 4. sanitizers over the GPU tests
     if sanitize:
-        entry["sanitizers"] = {}
         # every kernel family's own GPU tests (tests/test_<family>*.py), small by design
         targets = sorted({str(p.relative_to(REPO)) for fam in _build.families()
                           for p in (REPO / "tests").glob(f"test_{fam}*.py")})
         entry["sanitizer_targets"] = targets
-        for tool in SANITIZER_TOOLS:
-            with tempfile.TemporaryDirectory() as tmp:
-                r = _pytest(["-m", "gpu and not slow", *targets], Path(tmp) / f"{tool}.xml",
-                            prefix=["compute-sanitizer", "--tool", tool, "--error-exitcode", "86",
-                                    "--target-processes", "all"], timeout=sanitizer_timeout)
-            # memcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck: "... hazards displayed (N errors, ..."
-            m = re.findall(r"ERROR SUMMARY: (\d+) error|hazards displayed \((\d+) error", r["tail"])
-            r["errors"] = sum(int(a or b) for a, b in m) if m else None
-            r.pop("tests")
-            r["clean"] = r["returncode"] == 0 and r["errors"] == 0
-            entry["sanitizers"][tool] = r
+        entry["sanitizers"] = _sanitize(targets, sanitizer_timeout)
         # Recorded beside, not inside, `passed`: a sanitizer run that times out says
         # nothing about the kernels, and the ledger must still say what the tests showed.
         entry["sanitizers_clean"] = all(r["clean"] for r in entry["sanitizers"].values())

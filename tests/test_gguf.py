@@ -1,5 +1,9 @@
 """GGUF formats: our reference against gguf-py (bit-exact), the reader and the
 synthetic qwen35 writer, bad files (CPU); CUDA dequant and GEMV (GPU)."""
+import gc
+import subprocess
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -7,7 +11,8 @@ import torch
 gguf = pytest.importorskip("gguf", reason="the gguf package (t4lib[gguf]) is not installed")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-from t4lib.ops.gguf import FORMATS, gguf_dequant, gguf_gemv, reference as ref, type_id  # noqa: E402
+from t4lib.ops.gguf import (FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, packing,  # noqa: E402
+                            reference as ref, type_id)
 from t4lib.quant.gguf import GGUFError, GGUFFile, TinyQwen35Dims, write_tiny_qwen35  # noqa: E402
 
 NAMES = [v[0] for v in FORMATS.values()]
@@ -133,6 +138,124 @@ def test_unsupported_tensor_type_in_file(tmp_path):
         f.dequantize("blk.0.ffn_up.weight")
 
 
+# ----------------------------------------------------------------------------- GEMV layout (CPU)
+
+PACKED_NAMES = [packing.PACKED[t] for t in sorted(packing.PACKED)]
+
+
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_gemv_layout_is_lossless_and_bit_exact_vs_gguf_py(name):
+    t = type_id(name)
+    nv = FORMATS[t][1]
+    for (N, K), seed, scale in (((3, 512), 1, 0.01), ((5, 1024), 2, 1.0), ((1, 256), 3, 60000.0), ((7, 2304), 4, 0.5)):
+        raw = ref.random_blocks(t, N * K // nv, seed=seed, scale=scale).reshape(-1)
+        p = packing.pack(raw, t, N, K)
+        assert p.dtype == torch.uint8 and p.numel() == raw.numel()
+        assert not torch.equal(p, raw)  # it is a real permutation
+        assert torch.equal(packing.unpack(p, t, N, K), raw)
+        ours = packing.dequantize(p, t, N, K).numpy()
+        theirs = gguf.quants.dequantize(raw.numpy().reshape(N, -1), T(t)).astype(np.float32)
+        assert np.array_equal(ours.view(np.uint32), theirs.view(np.uint32)), (name, N, K)
+
+
+def test_gemv_layout_support_and_errors():
+    assert packing.supports(type_id("Q8_0"), 1024) and not packing.supports(type_id("Q8_0"), 352)
+    assert packing.supports(type_id("Q4_K"), 5120) and not packing.supports(type_id("Q5_K"), 5120)
+    with pytest.raises(ValueError, match="no GEMV layout for Q5_K"):
+        packing.pack(torch.zeros(176, dtype=torch.uint8), type_id("Q5_K"), 1, 256)
+    with pytest.raises(ValueError, match="expected 144 uint8 bytes"):
+        packing.pack(torch.zeros(143, dtype=torch.uint8), type_id("Q4_K"), 1, 256)
+    raw = ref.random_blocks(type_id("Q8_0"), 11, seed=1).reshape(-1)
+    x = torch.randn(1, 352).half()
+    with pytest.raises(ValueError, match="layout='packed': Q8_0 with K=352 has no GEMV layout"):
+        gguf_gemv(raw, "Q8_0", x, 1, 352, layout="packed")
+    with pytest.raises(ValueError, match="layout must be"):
+        gguf_gemv(raw, "Q8_0", x, 1, 352, layout="tiled")
+    with pytest.raises(ValueError, match=r"out must be float16 of shape \(1, 1\)"):
+        gguf_gemv(raw, "Q8_0", x, 1, 352, out=torch.empty(2, 1, dtype=torch.float16))
+    out = torch.full((1, 1), float("nan"), dtype=torch.float16)
+    assert gguf_gemv(raw, "Q8_0", x, 1, 352, out=out) is out and torch.isfinite(out).all()
+
+
+def test_gemv_packed_op_reference_and_errors():
+    t = type_id("Q6_K")
+    N, K = 3, 512
+    raw = ref.random_blocks(t, N * K // 256, seed=9).reshape(-1)
+    p = pack_for_gemv(raw, "Q6_K", N, K)
+    x = torch.randn(2, K).half()
+    assert torch.equal(gguf_gemv_packed(p, t, x, N, K), gguf_gemv(raw, t, x, N, K))
+    with pytest.raises(ValueError, match="packed has 1259 bytes but 1536 Q6_K values need 1260"):
+        gguf_gemv_packed(p[:-1], t, x, N, K)
+    with pytest.raises(ValueError, match="Q5_K with K=512 has no GEMV layout"):
+        gguf_gemv_packed(p, "Q5_K", x, N, K)
+    with pytest.raises(ValueError, match="Q5_K with K=512 has no GEMV layout"):
+        pack_for_gemv(torch.zeros(N * 2 * 176, dtype=torch.uint8), "Q5_K", N, K)
+    with pytest.raises(TypeError, match="packed must have dtype torch.uint8"):
+        gguf_gemv_packed(p.float(), t, x, N, K)
+    with pytest.raises(ValueError, match="x must have K=512 columns"):
+        gguf_gemv_packed(p, t, x[:, :256].contiguous(), N, K)
+
+
+def test_gemv_layout_cache_follows_the_tensor():
+    from t4lib.ops import gguf as ops_gguf
+
+    t = type_id("Q4_K")
+    raw = ref.random_blocks(t, 8, seed=5).reshape(-1)
+    a = ops_gguf._gemv_layout(raw, t, 2, 1024)
+    assert ops_gguf._gemv_layout(raw, t, 2, 1024) is a                 # made once
+    assert torch.equal(a, packing.pack(raw, t, 2, 1024))
+    assert ops_gguf._gemv_layout(raw, t, 4, 512) is not a             # other shape: other copy
+    raw[:144].zero_()                                                 # in-place write: version changes
+    b = ops_gguf._gemv_layout(raw, t, 4, 512)
+    assert torch.equal(b, packing.pack(raw, t, 4, 512)) and b[-128:-112].eq(0).all()  # header of block 0 zeroed
+    n = len(ops_gguf._GEMV_CACHE)
+    del raw, a, b
+    gc.collect()
+    assert len(ops_gguf._GEMV_CACHE) == n - 1                         # dropped with the tensor
+    ops_gguf.clear_gemv_cache()
+    assert not ops_gguf._GEMV_CACHE
+
+
+@pytest.fixture(scope="module")
+def host_check(tmp_path_factory):
+    """The GEMV-layout traits of kernels/gguf_formats.cuh compiled for the CPU."""
+    from t4lib import _build
+
+    try:
+        nvcc = _build.find_nvcc()
+    except Exception:
+        pytest.skip("nvcc not available")
+    src = Path(packing.__file__).with_name("host_check.cu")
+    if not src.is_file():
+        pytest.skip("host_check.cu not shipped with this install")
+    exe = tmp_path_factory.mktemp("hostcheck") / "host_check"
+    subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=compute_75", "-I", str(_build.kernels_dir()), "-o", str(exe),
+                    str(src)], check=True, capture_output=True)
+    return exe
+
+
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_gemv_traits_on_cpu(name, host_check, tmp_path):
+    """The CUDA traits' load/dot (host build) over the template's lane walk, vs the reference GEMV."""
+    t = type_id(name)
+    nv = FORMATS[t][1]
+    for (N, K), (M, R) in zip(((37, 1024), (5, 2560), (9, 4096), (3, 256), (7, 1280)),
+                              ((1, 2), (3, 2), (8, 1), (1, 1), (1, 4))):
+        raw = ref.random_blocks(t, N * K // nv, seed=N + M, scale=0.05).reshape(-1)
+        x = torch.randn(M, K, generator=torch.Generator().manual_seed(M)).half()
+        packing.pack(raw, t, N, K).numpy().tofile(tmp_path / "w.bin")
+        x.view(torch.int16).numpy().tofile(tmp_path / "x.bin")
+        subprocess.run([str(host_check), str(t), str(N), str(K), str(M), str(R), str(tmp_path / "w.bin"),
+                        str(tmp_path / "x.bin"), str(tmp_path / "y.bin")], check=True)
+        y = torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).reshape(M, N).double()
+        w = ref.dequantize(raw, t, (N, K)).double()
+        want = x.double() @ w.t()
+        mag = x.double().abs() @ w.abs().t()
+        # fp32 sums of exact products (Q8_0, Q4_K, Q6_K); fp16 partials of 8 as gemv.cuh's dot8 (IQ4_XS)
+        rel = 4 * 2.0 ** -11 if name == "IQ4_XS" else 2.0 ** -16
+        assert ((y - want).abs() <= rel * mag).all(), (name, N, K, M, ((y - want).abs() / mag).max())
+
+
 # ----------------------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
@@ -151,19 +274,75 @@ def test_cuda_dequant_bit_exact_vs_gguf_py(name):
     assert np.array_equal(capped.view(np.uint32), theirs.view(np.uint32))
 
 
+def _gemv_check(t, N, K, M, seed, layout="auto", scale=0.05):
+    nv = FORMATS[t][1]
+    raw = ref.random_blocks(t, N * K // nv, seed=seed, scale=scale).reshape(-1)
+    w = ref.dequantize(raw, t, (N, K)).half().float()
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(seed)).half()
+    want = x.float() @ w.t()
+    rc, xc = raw.cuda(), x.cuda()
+    out = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+    y = gguf_gemv(rc, t, xc, N, K, backend="cuda", layout=layout, out=out).float().cpu()
+    tol = 4 * 2.0 ** -11 * (x.float().abs() @ w.abs().t()) + 1e-3
+    assert torch.isfinite(y).all()
+    assert ((y - want).abs() <= tol).all(), (FORMATS[t][0], N, K, M, layout, (y - want).abs().max())
+    out2 = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+    y2 = gguf_gemv(rc, t, xc, N, K, backend="cuda", max_ctas=2, layout=layout, out=out2).float().cpu()
+    assert torch.equal(y, y2)  # grid size never changes the result
+    return y
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", NAMES)
-@pytest.mark.parametrize("M", [1, 3, 8])
+@pytest.mark.parametrize("M", [1, 2, 3, 5, 8])
 def test_cuda_gemv_vs_reference(name, M):
     t = type_id(name)
     nv = FORMATS[t][1]
-    N, K = 37, 4 * 256 if nv == 256 else 352
-    raw = ref.random_blocks(t, N * K // nv, seed=M, scale=0.05).reshape(-1)
-    w = ref.dequantize(raw, t, (N, K)).half().float()
-    x = torch.randn(M, K).half()
-    want = x.float() @ w.t()
-    y = gguf_gemv(raw.cuda(), t, x.cuda(), N, K, backend="cuda").float().cpu()
-    tol = 4 * 2.0 ** -11 * (x.float().abs() @ w.abs().t()) + 1e-3
-    assert ((y - want).abs() <= tol).all(), (y - want).abs().max()
-    y2 = gguf_gemv(raw.cuda(), t, x.cuda(), N, K, backend="cuda", max_ctas=2).float().cpu()
-    assert torch.equal(y, y2)  # grid size never changes the result
+    shapes = [(37, 1024)] + ([(13, 352)] if nv == 32 else [(6, 256)])  # 352: Q8_0 without a GEMV layout
+    for N, K in shapes:
+        for layout in ("auto", "gguf"):
+            _gemv_check(t, N, K, M, seed=M + N, layout=layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "IQ4_XS", "Q8_0"])
+@pytest.mark.parametrize("N,K", [(1001, 5120), (300, 17408)])  # the benchmark's K: split 1 and split 4 paths
+def test_cuda_gemv_benchmark_shapes(name, N, K):
+    t = type_id(name)
+    for layout in ("auto", "gguf"):
+        _gemv_check(t, N, K, 1, seed=N, layout=layout)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K", "IQ4_XS", "Q8_0"])
+def test_cuda_gemv_graph_replay_and_inplace_update(name):
+    """As the benchmark runs it: eager warm-up, then CUDA-graph capture and replay over rotating weights."""
+    t = type_id(name)
+    N, K, nv = 512, 5120, FORMATS[t][1]
+    sets = []
+    for s in range(3):
+        raw = ref.random_blocks(t, N * K // nv, seed=20 + s, scale=0.01).reshape(-1).cuda()
+        sets.append((raw, torch.randn(1, K, device="cuda").half()))
+    eager = [gguf_gemv(r, t, x, N, K, backend="cuda").clone() for r, x in sets]
+    outs = [torch.full((1, N), float("nan"), dtype=torch.float16, device="cuda") for _ in sets]
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for (r, x), o in zip(sets, outs):
+            gguf_gemv(r, t, x, N, K, backend="cuda", out=o)
+    for o in outs:
+        o.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    for o, e in zip(outs, eager):
+        assert torch.equal(o, e)
+    for (r, x), e in zip(sets, eager):
+        w = ref.dequantize(r.cpu(), t, (N, K)).half().float()
+        want = x.float().cpu() @ w.t()
+        assert ((e.float().cpu() - want).abs() <= 4 * 2.0 ** -11 * (x.float().cpu().abs() @ w.abs().t()) + 1e-3).all()
+    p = pack_for_gemv(sets[2][0], t, N, K)  # the explicit packed op gives the same bits
+    out = torch.full((1, N), float("nan"), dtype=torch.float16, device="cuda")
+    assert torch.equal(gguf_gemv_packed(p, t, sets[2][1], N, K, backend="cuda", out=out), eager[2])
+    raw, x = sets[0]
+    raw.copy_(sets[1][0])  # in place: the GEMV-layout copy must follow
+    assert torch.equal(gguf_gemv(raw, t, x, N, K, backend="cuda"), gguf_gemv(sets[1][0], t, x, N, K, backend="cuda"))

@@ -53,3 +53,23 @@ def test_ledger_hash_covers_kernels_and_bindings():
     names = set(verify.source_hashes())
     assert "kernels/common.cuh" in names and "t4lib/_build.py" in names
     assert "t4lib/ops/int4/binding.py" in names and "kernels/int4.cu" in names
+
+
+def test_sanitizer_summary_counts_every_file(monkeypatch):
+    """One file that timed out, or that ran no test, keeps its tool from being clean."""
+    from t4lib import verify
+
+    def fake(args, junit, prefix=None, timeout=0):
+        tool, target = prefix[2], args[-1]
+        if tool == "racecheck" and target == "b":
+            return {"returncode": None, "seconds": timeout, "tail": "TIMED OUT", "tests": {}}
+        if tool == "synccheck" and target == "a":
+            return {"returncode": 0, "seconds": 1, "tail": "ERROR SUMMARY: 0 errors", "tests": {}}
+        return {"returncode": 0, "seconds": 1, "tail": "ERROR SUMMARY: 0 errors",
+                "tests": {"t::x": "passed", "t::y": "skipped"}}
+
+    monkeypatch.setattr(verify, "_pytest", fake)
+    out = verify._sanitize(["a", "b"], timeout=5, workers=2)
+    assert out["memcheck"]["clean"] and out["memcheck"]["errors"] == 0 and out["memcheck"]["tests_passed"] == 2
+    assert not out["racecheck"]["clean"] and out["racecheck"]["errors"] is None
+    assert not out["synccheck"]["clean"] and out["synccheck"]["files"]["a"]["tests_passed"] == 0

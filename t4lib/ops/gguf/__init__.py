@@ -6,18 +6,31 @@
 ``[N, K]`` in GGUF blocks (a GGUF tensor of shape ``[K, N]`` in ggml order), fp16
 in and out, fp32 accumulation (M <= 8). Formats: Q8_0, Q3_K, Q4_K, Q5_K, Q6_K,
 IQ4_NL, IQ4_XS, IQ3_S.
+
+GEMV layout: on the CUDA path, Q8_0, Q4_K, Q6_K and IQ4_XS weights (K a
+multiple of 64) are read from an aligned copy in the layout of
+:mod:`.packing` (a byte permutation of the blocks: same size, 16-byte coalesced
+loads). The copy is made once per weight tensor, on first use, and kept while
+that tensor lives; it is made again if the tensor is modified in place through
+PyTorch (its version counter changes). Writes that bypass PyTorch's version
+counter (raw pointers) are not seen: call :func:`clear_gemv_cache` after them.
+``layout="gguf"`` forces the kernel that reads the GGUF blocks as stored.
+To keep only the aligned copy on the device (half the weight memory), pack
+once with :func:`pack_for_gemv` and call :func:`gguf_gemv_packed`.
 """
 from __future__ import annotations
 
 import math
+import weakref
 
 import torch
 
 from .._dispatch import check, same_device, use_cuda
-from . import binding, reference
+from . import binding, packing, reference
 from .reference import FORMATS, TYPE_OF
 
-__all__ = ["gguf_dequant", "gguf_gemv", "FORMATS", "TYPE_OF", "type_id", "nbytes"]
+__all__ = ["gguf_dequant", "gguf_gemv", "gguf_gemv_packed", "pack_for_gemv", "clear_gemv_cache", "FORMATS", "TYPE_OF",
+           "type_id", "nbytes"]
 
 MAX_M = 8
 
@@ -65,10 +78,52 @@ def gguf_dequant(raw: torch.Tensor, ggml_type, shape, out_dtype: torch.dtype = t
     return reference.dequantize(raw, t, shape).to(out_dtype).to(raw.device)
 
 
+# id(raw) -> (weakref to raw, (type, N, K, data_ptr, device, version), packed copy)
+_GEMV_CACHE: dict[int, tuple] = {}
+
+
+def clear_gemv_cache() -> None:
+    """Drop every cached GEMV-layout copy (they are rebuilt on next use)."""
+    _GEMV_CACHE.clear()
+
+
+def _gemv_layout(raw: torch.Tensor, t: int, N: int, K: int) -> torch.Tensor:
+    """The GEMV-layout copy of ``raw`` (see the module docstring), cached per tensor."""
+    try:
+        version = raw._version
+    except RuntimeError:  # inference tensors have no version counter: do not cache
+        return packing.pack(raw, t, N, K).contiguous()
+    key = id(raw)
+    meta = (t, N, K, raw.data_ptr(), str(raw.device), version)
+    ent = _GEMV_CACHE.get(key)
+    if ent is not None and ent[0]() is raw and ent[1] == meta:
+        return ent[2]
+    packed = packing.pack(raw, t, N, K).contiguous()
+    if packed.data_ptr() % 16:
+        raise RuntimeError("the GEMV-layout copy is not 16-byte aligned")  # never for a fresh CUDA allocation
+
+    def drop(ref, key=key):
+        cur = _GEMV_CACHE.get(key)
+        if cur is not None and cur[0] is ref:
+            del _GEMV_CACHE[key]
+
+    _GEMV_CACHE[key] = (weakref.ref(raw, drop), meta, packed)
+    return packed
+
+
 def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, backend: str = "auto",
-              max_ctas: int | None = None) -> torch.Tensor:
-    """y [M, N] fp16 = x [M, K] fp16 @ W^T, W [N, K] in GGUF blocks (fp32 accumulation)."""
+              max_ctas: int | None = None, layout: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
+    """y [M, N] fp16 = x [M, K] fp16 @ W^T, W [N, K] in GGUF blocks (fp32 accumulation).
+
+    ``layout`` (CUDA path): "auto" reads the GEMV-layout copy where the format
+    has one, "packed" requires it, "gguf" reads the blocks as stored. ``out``:
+    optional [M, N] fp16 contiguous tensor on x's device to write y into."""
     t = type_id(ggml_type)
+    if layout not in ("auto", "packed", "gguf"):
+        raise ValueError(f"layout must be 'auto', 'packed' or 'gguf', got {layout!r}")
+    if layout == "packed" and not packing.supports(t, K):
+        raise ValueError(f"layout='packed': {FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, "
+                         f"IQ4_XS with K a multiple of 64)")
     check("x", x, dtype=torch.float16, ndim=2, align=16)
     M = x.shape[0]
     if x.shape[1] != K:
@@ -80,7 +135,65 @@ def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, bac
     _check_raw(raw, t, N * K)
     same_device(raw=raw, x=x)
     if use_cuda(backend, binding.FAMILY, x.device):
-        y = torch.empty(M, N, dtype=torch.float16, device=x.device)
-        binding.gemv(t, raw, x, y, M, N, K, max_ctas or 0)
+        if out is not None:
+            check("out", out, dtype=torch.float16, ndim=2)
+            same_device(out=out, x=x)
+            if tuple(out.shape) != (M, N):
+                raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
+        y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
+        if layout != "gguf" and packing.supports(t, K):
+            binding.gemv_packed(t, _gemv_layout(raw, t, N, K), x, y, M, N, K, max_ctas or 0)
+        else:
+            binding.gemv(t, raw, x, y, M, N, K, max_ctas or 0)
         return y
-    return reference.gemv(raw, t, x, N, K)
+    y = reference.gemv(raw, t, x, N, K)
+    if out is not None:
+        if tuple(out.shape) != (M, N) or out.dtype != torch.float16:
+            raise ValueError(f"out must be float16 of shape ({M}, {N}), got {out.dtype} {tuple(out.shape)}")
+        out.copy_(y)
+        return out
+    return y
+
+
+def pack_for_gemv(raw: torch.Tensor, ggml_type, N: int, K: int) -> torch.Tensor:
+    """GGUF bytes of W [N, K] -> the GEMV layout of :mod:`.packing` (same size, same device)."""
+    t = type_id(ggml_type)
+    _check_raw(raw, t, N * K)
+    if not packing.supports(t, K):
+        raise ValueError(f"{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
+                         f"multiple of 64)")
+    return packing.pack(raw, t, N, K).contiguous()
+
+
+def gguf_gemv_packed(packed: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, backend: str = "auto",
+                     max_ctas: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    """As :func:`gguf_gemv` with W given in the GEMV layout (from :func:`pack_for_gemv`)."""
+    t = type_id(ggml_type)
+    if not packing.supports(t, K):
+        raise ValueError(f"{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
+                         f"multiple of 64)")
+    check("packed", packed, dtype=torch.uint8, contiguous=True, align=16)
+    want = nbytes(t, N * K)
+    if packed.numel() != want:
+        raise ValueError(f"packed has {packed.numel()} bytes but {N * K} {FORMATS[t][0]} values need {want}")
+    check("x", x, dtype=torch.float16, ndim=2, align=16)
+    M = x.shape[0]
+    if x.shape[1] != K:
+        raise ValueError(f"x must have K={K} columns, got shape {tuple(x.shape)}")
+    if not 1 <= M <= MAX_M:
+        raise ValueError(f"x must have 1..{MAX_M} rows for the GEMV, got {M}")
+    same_device(packed=packed, x=x)
+    if out is not None:
+        check("out", out, dtype=torch.float16, ndim=2)
+        same_device(out=out, x=x)
+        if tuple(out.shape) != (M, N):
+            raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
+    if use_cuda(backend, binding.FAMILY, x.device):
+        y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
+        binding.gemv_packed(t, packed, x, y, M, N, K, max_ctas or 0)
+        return y
+    y = reference.gemv(packing.unpack(packed.cpu(), t, N, K), t, x, N, K)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y

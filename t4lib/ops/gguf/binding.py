@@ -21,6 +21,9 @@ def _lib() -> ctypes.CDLL:
     g.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + [ctypes.c_int] * 4 + [
         ctypes.c_void_p]
     g.restype = ctypes.c_int
+    gp = lib.t4_gguf_gemv_packed
+    gp.argtypes = g.argtypes
+    gp.restype = ctypes.c_int
     return lib
 
 
@@ -36,3 +39,11 @@ def gemv(ggml_type: int, raw: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M:
     lib = _lib()
     st = lib.t4_gguf_gemv(ggml_type, ptr(raw), ptr(x), ptr(y), M, N, K, max_ctas, stream(x.device))
     _build.check_status(lib, st, "t4_gguf_gemv")
+
+
+def gemv_packed(ggml_type: int, packed: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M: int, N: int, K: int,
+                max_ctas: int = 0) -> None:
+    """W in the GEMV layout of :mod:`.packing` (16-byte aligned)."""
+    lib = _lib()
+    st = lib.t4_gguf_gemv_packed(ggml_type, ptr(packed), ptr(x), ptr(y), M, N, K, max_ctas, stream(x.device))
+    _build.check_status(lib, st, "t4_gguf_gemv_packed")
