@@ -55,7 +55,8 @@ def _build_cmd(args) -> int:
 def _verify(args) -> int:
     from . import verify
 
-    entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench, sanitizer_timeout=args.sanitize_timeout)
+    entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench, sanitizer_timeout=args.sanitize_timeout,
+                       shards=args.sanitize_shards, resume=args.resume)
     print(json.dumps({"device": entry["device"], "sources_sha256": entry["sources_sha256"],
                       "checks": entry["checks"], "gpu_tests": entry["gpu_tests"]["counts"],
                       "sanitizers_clean": entry.get("sanitizers_clean", "not run"),
@@ -112,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("verify", help="GPU tests, KATs, short bench -> results/verification/<device>.json")
     v.add_argument("--sanitize", action="store_true", help="also run the GPU tests under compute-sanitizer")
     v.add_argument("--sanitize-timeout", type=int, default=240, help="seconds per sanitizer run (one tool over one test file)")
+    v.add_argument("--sanitize-shards", type=int, default=1,
+                   help="split each test file into this many sanitizer processes (by test id)")
+    v.add_argument("--resume", action="store_true",
+                   help="keep this device's ledger entry for the current sources; re-run only the sanitizer "
+                        "runs that did not finish clean")
     v.add_argument("--no-bench", action="store_true")
     be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
     be.add_argument("names", nargs="*")

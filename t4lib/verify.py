@@ -79,17 +79,33 @@ def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeo
     return out
 
 
-def _sanitize(targets: list[str], timeout: int, workers: int | None = None) -> dict:
-    """Each (tool, test file) pair in its own compute-sanitizer process, several at
-    once (instrumented runs are CPU-bound on the host side). Per tool: errors
-    summed over the files, clean only when every file ran to the end with zero."""
-    jobs = [(tool, t) for tool in SANITIZER_TOOLS for t in targets]
+def _collect(target: str, marker: str) -> list[str]:
+    """Node ids of the tests in one file that the marker expression selects."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", marker, target], cwd=REPO, capture_output=True, text=True)
+    return [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith(target + "::")]
+
+
+def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shards: int = 1,
+              tools: tuple[str, ...] = SANITIZER_TOOLS, only: set | None = None) -> dict:
+    """Each (tool, test file) pair under compute-sanitizer, split into ``shards``
+    processes by test id, many processes at once (instrumented runs are bound by
+    the host CPU, not the GPU). ``only``: the (tool, file) pairs to run (default
+    all). Per file: errors summed over its shards; clean only when every shard
+    ran to the end with zero errors and some test passed."""
+    marker = "gpu and not slow"
+    pairs = [(tool, t) for tool in tools for t in targets if only is None or (tool, t) in only]
+    ids = {t: _collect(t, marker) for t in {t for _, t in pairs}} if shards > 1 else {}
+    jobs = []
+    for tool, t in pairs:
+        parts = [ids[t][k::shards] for k in range(shards)] if ids.get(t) else [[t]]
+        jobs += [(tool, t, tuple(p)) for p in parts if p]
     workers = workers or max(1, min(len(jobs), 24))  # GPU-light, host-CPU-bound: oversubscribe
 
     def one(job):
-        tool, target = job
+        tool, _, args = job
         with tempfile.TemporaryDirectory() as tmp:
-            r = _pytest(["-m", "gpu and not slow", target], Path(tmp) / "s.xml",
+            r = _pytest(["-m", marker, *args], Path(tmp) / "s.xml",
                         prefix=["compute-sanitizer", "--tool", tool, "--error-exitcode", "86",
                                 "--target-processes", "all"], timeout=timeout)
         # memcheck/synccheck: "ERROR SUMMARY: N errors"; racecheck: "... hazards displayed (N errors, ..."
@@ -97,26 +113,46 @@ def _sanitize(targets: list[str], timeout: int, workers: int | None = None) -> d
         counts = r.pop("tests")
         r["errors"] = sum(int(a or b) for a, b in m) if m else None
         r["tests_passed"] = sum(v == "passed" for v in counts.values())
-        r["tail"] = r["tail"][-1500:]
-        r["clean"] = r["returncode"] == 0 and r["errors"] == 0 and r["tests_passed"] > 0
-        return job, r
+        return r
 
     with ThreadPoolExecutor(workers) as ex:
-        done = dict(ex.map(one, jobs))
+        runs = list(ex.map(one, jobs))
+    out: dict = {}
+    for (tool, t, _), r in zip(jobs, runs):
+        out.setdefault(tool, {}).setdefault(t, []).append(r)
+    files = {tool: {t: _merge_shards(rs) for t, rs in per.items()} for tool, per in out.items()}
+    return files
+
+
+def _merge_shards(rs: list[dict]) -> dict:
+    errs = [r["errors"] for r in rs]
+    rcs = [r["returncode"] for r in rs]
+    merged = {"shards": len(rs), "returncode": None if None in rcs else max(rcs),
+              "errors": None if None in errs else sum(errs), "tests_passed": sum(r["tests_passed"] for r in rs),
+              "seconds": max(r["seconds"] for r in rs), "tail": rs[-1]["tail"][-1500:]}
+    merged["clean"] = merged["returncode"] == 0 and merged["errors"] == 0 and merged["tests_passed"] > 0
+    return merged
+
+
+def _summarize(files: dict) -> dict:
+    """Per tool: clean, errors (None when some run did not finish), tests passed, files."""
     out = {}
-    for tool in SANITIZER_TOOLS:
-        files = {t: done[(tool, t)] for t in targets}
-        errs = [r["errors"] for r in files.values()]
-        out[tool] = {"clean": all(r["clean"] for r in files.values()),
+    for tool, per in files.items():
+        errs = [r["errors"] for r in per.values()]
+        out[tool] = {"clean": all(r["clean"] for r in per.values()),
                      "errors": None if None in errs else sum(errs),
-                     "tests_passed": sum(r["tests_passed"] for r in files.values()),
-                     "seconds": max(r["seconds"] for r in files.values()), "files": files}
+                     "tests_passed": sum(r["tests_passed"] for r in per.values()),
+                     "seconds": max(r["seconds"] for r in per.values()), "files": per}
     return out
 
 
 def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
-        sanitizer_timeout: int = 240) -> dict:
-    """Run the whole verification on the current GPU and write the ledger entry."""
+        sanitizer_timeout: int = 240, shards: int = 1, resume: bool = False) -> dict:
+    """Run the whole verification on the current GPU and write the ledger entry.
+
+    ``resume``: when this device's ledger entry already verifies the current
+    sources, keep its builds, tests, KATs and bench, and re-run under the
+    sanitizers only the (tool, file) pairs that did not finish clean."""
     import torch
 
     if not torch.cuda.is_available():
@@ -126,6 +162,9 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
                    "driver": info["driver"], "torch": info["torch"], "cuda_runtime": info["cuda_runtime"],
                    "nvcc_flags": _build.NVCC_FLAGS, "sources": source_hashes()}
     entry["sources_sha256"] = combined_hash(entry["sources"])
+    out = out or ledger_dir() / f"{info['slug']}.json"
+    if resume:
+        return _resume_sanitizers(entry, out, sanitizer_timeout, shards)
     checks: dict[str, bool] = {}
 
     # 1. every family builds for sm_75 (spills and shared memory are checked by the
@@ -166,7 +205,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
         targets = sorted({str(p.relative_to(REPO)) for fam in _build.families()
                           for p in (REPO / "tests").glob(f"test_{fam}*.py")})
         entry["sanitizer_targets"] = targets
-        entry["sanitizers"] = _sanitize(targets, sanitizer_timeout)
+        entry["sanitizers"] = _summarize(_sanitize(targets, sanitizer_timeout, shards=shards))
         # Recorded beside, not inside, `passed`: a sanitizer run that times out says
         # nothing about the kernels, and the ledger must still say what the tests showed.
         entry["sanitizers_clean"] = all(r["clean"] for r in entry["sanitizers"].values())
@@ -183,8 +222,30 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
             checks["bench"] = False
     entry["checks"] = checks
     entry["passed"] = all(checks.values())
-    out = out or ledger_dir() / f"{info['slug']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(entry, indent=1) + "\n")
+    return entry
+
+
+def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int) -> dict:
+    if not out.is_file():
+        raise RuntimeError(f"--resume: no ledger entry at {out}; run a full verify first")
+    entry = json.loads(out.read_text())
+    if entry.get("sources_sha256") != fresh["sources_sha256"] or not entry.get("passed"):
+        raise RuntimeError(f"--resume: {out} does not verify the current sources "
+                           f"({entry.get('sources_sha256', '?')[:12]} vs {fresh['sources_sha256'][:12]}) or did "
+                           "not pass; run a full verify")
+    targets = entry.get("sanitizer_targets") or sorted(
+        {str(p.relative_to(REPO)) for fam in _build.families() for p in (REPO / "tests").glob(f"test_{fam}*.py")})
+    files = {tool: dict(v.get("files", {})) for tool, v in (entry.get("sanitizers") or {}).items()}
+    todo = {(tool, t) for tool in SANITIZER_TOOLS for t in targets
+            if not files.get(tool, {}).get(t, {}).get("clean")}
+    for tool, per in _sanitize(targets, timeout, shards=shards, only=todo).items():
+        for t, r in per.items():
+            files.setdefault(tool, {})[t] = {**r, "when": results.now()}
+    entry["sanitizer_targets"] = targets
+    entry["sanitizers"] = _summarize(files)
+    entry["sanitizers_clean"] = all(r["clean"] for r in entry["sanitizers"].values())
     out.write_text(json.dumps(entry, indent=1) + "\n")
     return entry
 

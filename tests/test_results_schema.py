@@ -69,7 +69,30 @@ def test_sanitizer_summary_counts_every_file(monkeypatch):
                 "tests": {"t::x": "passed", "t::y": "skipped"}}
 
     monkeypatch.setattr(verify, "_pytest", fake)
-    out = verify._sanitize(["a", "b"], timeout=5, workers=2)
+    out = verify._summarize(verify._sanitize(["a", "b"], timeout=5, workers=2))
     assert out["memcheck"]["clean"] and out["memcheck"]["errors"] == 0 and out["memcheck"]["tests_passed"] == 2
     assert not out["racecheck"]["clean"] and out["racecheck"]["errors"] is None
     assert not out["synccheck"]["clean"] and out["synccheck"]["files"]["a"]["tests_passed"] == 0
+
+
+def test_sanitizer_resume_reruns_only_unfinished(monkeypatch, tmp_path):
+    from t4lib import verify
+
+    clean = {"clean": True, "errors": 0, "tests_passed": 3, "returncode": 0, "seconds": 1, "tail": ""}
+    late = {"clean": False, "errors": None, "tests_passed": 0, "returncode": None, "seconds": 9, "tail": "TIMED OUT"}
+    ledger = tmp_path / "dev.json"
+    entry = {"sources_sha256": "abc", "passed": True, "sanitizer_targets": ["a", "b"],
+             "sanitizers": verify._summarize({tool: {"a": clean, "b": late if tool == "memcheck" else clean}
+                                              for tool in verify.SANITIZER_TOOLS})}
+    ledger.write_text(json.dumps(entry))
+    asked = []
+
+    def fake(targets, timeout, shards=1, only=None, **kw):
+        asked.append(only)
+        return {tool: {t: clean for _, t in [p for p in only if p[0] == tool]} for tool in {p[0] for p in only}}
+
+    monkeypatch.setattr(verify, "_sanitize", fake)
+    out = verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=2)
+    assert asked == [{("memcheck", "b")}] and out["sanitizers_clean"]
+    with pytest.raises(RuntimeError, match="does not verify the current sources"):
+        verify._resume_sanitizers({"sources_sha256": "other"}, ledger, timeout=5, shards=2)
