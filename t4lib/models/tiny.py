@@ -82,9 +82,13 @@ class Preset:
 
 
 PRESETS = {
+    # tiny-cpu: in a fixed ~4.5 minutes on 2 cores, more and smaller steps (8 x 256 tokens) on a
+    # math-heavy mix without chat documents learned the held-out problems best (0.25 exact match,
+    # against 0.10-0.12 for 16 x 256 x 800 steps, 32 x 128 or 4 x 256; training_record.json).
     "tiny-cpu": Preset("tiny-cpu", hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
-                       num_key_value_heads=1, intermediate_size=384, steps=800, batch_size=16,
-                       seq_len=256, lr=3e-3, warmup=30, eval_math=300, eval_copy=300, threads=2),
+                       num_key_value_heads=1, intermediate_size=384, steps=1800, batch_size=8,
+                       seq_len=256, lr=2e-3, warmup=60, math_repeat=3, chat_fraction=0.0,
+                       eval_math=300, eval_copy=300, threads=2),
     "tiny-gpu": Preset("tiny-gpu", hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
                        num_key_value_heads=2, intermediate_size=1024, steps=2000, batch_size=64,
                        seq_len=256, lr=2e-3, warmup=100, eval_math=400, eval_copy=300, eval_batch=128),

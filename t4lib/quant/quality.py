@@ -80,9 +80,26 @@ def perplexity(model, ids: torch.Tensor, batch_size: int = 32) -> float:
     return float(torch.exp(torch.tensor(tot / n)))
 
 
+@torch.no_grad()
+def mean_kl(ref, model, ids: torch.Tensor, batch_size: int = 32) -> float:
+    """Mean over next-token positions of KL(ref || model), in nats: how far ``model``'s predictions
+    moved from ``ref``'s. Unlike perplexity it cannot improve by accident: an overconfident model's
+    perplexity drops under any noise that softens its logits, its KL to itself only grows."""
+    dev = next(model.parameters()).device
+    tot, n = 0.0, 0
+    for i in range(0, ids.shape[0], batch_size):
+        b = ids[i:i + batch_size].to(dev)
+        lp = torch.log_softmax(ref(input_ids=b).logits.float()[:, :-1], -1)
+        lq = torch.log_softmax(model(input_ids=b).logits.float()[:, :-1], -1)
+        tot += float((lp.exp() * (lp - lq)).sum())
+        n += b[:, 1:].numel()
+    return tot / n
+
+
 def compare_quantizers(model, calib: list[torch.Tensor], test: torch.Tensor, group_size: int = 128, *,
                        fp: float | None = None) -> dict:
-    """Perplexity of ``model`` as given, RTN-quantized and GPTQ-quantized (default policy otherwise).
+    """Perplexity of ``model`` as given, RTN-quantized and GPTQ-quantized (default policy otherwise),
+    and each quantized model's mean KL divergence from ``model`` (:func:`mean_kl`).
 
     ``fp``: the unquantized model's perplexity on ``test`` when already known (saves one pass)."""
     from .model import default_policy, quantize_model
@@ -90,8 +107,11 @@ def compare_quantizers(model, calib: list[torch.Tensor], test: torch.Tensor, gro
     out = {"fp": perplexity(model, test) if fp is None else float(fp)}
     rtn = quantize_model(copy.deepcopy(model), default_policy(model, group_size, "rtn"))
     out["rtn"] = perplexity(rtn, test)
+    out["kl_rtn"] = mean_kl(model, rtn, test)
     gptq = quantize_model(copy.deepcopy(model), default_policy(model, group_size, "gptq"), calib=calib)
     out["gptq"] = perplexity(gptq, test)
+    out["kl_gptq"] = mean_kl(model, gptq, test)
+    out["kl_ratio"] = out["kl_gptq"] / out["kl_rtn"] if out["kl_rtn"] > 0 else float("nan")
     out["gap_rtn"] = out["rtn"] - out["fp"]
     out["gap_gptq"] = out["gptq"] - out["fp"]
     out["gap_ratio"] = out["gap_gptq"] / out["gap_rtn"] if out["gap_rtn"] > 0 else float("nan")
@@ -218,6 +238,14 @@ def run(out_dir=None, model_id: str = "tiny-cpu", group_sizes=(32, 64, 128), pri
         for k in ("gap_rtn", "gap_gptq"):
             figs.append(R.figure(f"w4a16_quality/g{g}/{k}", r[k], "perplexity", "ARITHMETIC", src,
                                  note=f"ppl_{k[4:]} - ppl_fp at group {g}", group_size=g))
+        for k in ("kl_rtn", "kl_gptq"):
+            figs.append(R.figure(f"w4a16_quality/g{g}/{k}", r[k], "nats/token", "MEASURED", src, env=env,
+                                 note=f"mean KL(fp || {k[3:]}) per next-token prediction; {what}", group_size=g,
+                                 eval_tokens=eval_tokens, fallback=d["fallback"]))
+        if r["kl_ratio"] == r["kl_ratio"]:
+            figs.append(R.figure(f"w4a16_quality/g{g}/kl_ratio_gptq_over_rtn", r["kl_ratio"], "ratio", "ARITHMETIC",
+                                 src, note=f"kl_gptq / kl_rtn at group {g} (reported beside the perplexity target)",
+                                 group_size=g))
         if r["gap_ratio"] == r["gap_ratio"]:  # finite only when RTN's gap is positive
             figs.append(R.figure(f"w4a16_quality/g{g}/gap_ratio_gptq_over_rtn", r["gap_ratio"], "ratio",
                                  "ARITHMETIC", src, note=f"gap_gptq / gap_rtn at group {g}; target <= 0.5",
@@ -264,11 +292,13 @@ def format_table(r: dict) -> str:
     lines = [f"model: {r['source']}",
              f"eval: {r['eval_tokens']} next-token predictions ({r['eval_text']}); "
              f"GPTQ calibration: {r['calib_tokens']} tokens ({r['calib_text']})",
-             f"{'group':>5} {'ppl fp':>9} {'ppl RTN':>9} {'ppl GPTQ':>9} {'gap RTN':>9} {'gap GPTQ':>9} {'ratio':>6}"]
+             f"{'group':>5} {'ppl fp':>9} {'ppl RTN':>9} {'ppl GPTQ':>9} {'gap RTN':>9} {'gap GPTQ':>9} {'ratio':>6}"
+             f" {'KL RTN':>8} {'KL GPTQ':>8} {'KL ratio':>8}"]
     for g, q in r["rows"].items():
         ratio = f"{q['gap_ratio']:6.3f}" if q["gap_rtn"] > 0 else "   n/a"
         lines.append(f"{g:>5} {q['fp']:9.4f} {q['rtn']:9.4f} {q['gptq']:9.4f} {q['gap_rtn']:+9.4f} "
-                     f"{q['gap_gptq']:+9.4f} {ratio}" + ("  <- target judged here" if g == r["primary"] else ""))
+                     f"{q['gap_gptq']:+9.4f} {ratio} {q['kl_rtn']:8.4f} {q['kl_gptq']:8.4f} {q['kl_ratio']:8.3f}"
+                     + ("  <- target judged here" if g == r["primary"] else ""))
     lines.append(f"target (GPTQ gap <= 0.5 x RTN gap at group {r['primary']}): "
                  f"{'MET' if r['target_met'] else 'NOT MET'} ({target_reason(r)})")
     return "\n".join(lines)
