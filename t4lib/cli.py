@@ -40,7 +40,7 @@ def _build_cmd(args) -> int:
     for fam, built in _build.build_many(fams, force=args.force).items():
         try:
             if isinstance(built, _build.BuildError):
-                raise built
+                raise built  # reported below, like a failure of the resource report
             print(f"{fam}: {built}")
             if args.report:
                 rows += _build.resource_report(fam)

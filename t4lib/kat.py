@@ -53,29 +53,41 @@ def _compare(got: torch.Tensor, want: torch.Tensor, per: int = 1) -> tuple[int, 
 
 # ---------------------------------------------------------------- families
 
+def lane_sweep(lo: int, hi: int, lanes: int, offset: int = 1, step: int = 1) -> list[list[int]]:
+    """Blocks of ``lanes`` values: block (v, j) holds v (every value in lo..hi) at lane j and
+    ``lo + (v + offset + step * k) mod (hi - lo + 1)`` at every other lane k."""
+    span = hi - lo + 1
+    blocks = []
+    for v in range(lo, hi + 1):
+        for j in range(lanes):
+            block = [lo + (v + offset + step * k) % span for k in range(lanes)]
+            block[j] = v
+            blocks.append(block)
+    return blocks
+
+
+def _grouped_kat(dequant, packed: torch.Tensor, vals: list[list[int]], scales: torch.Tensor, backend: str) -> dict:
+    """Unscaled and scaled (one scale per block) known answers of a grouped-scale dequant."""
+    per = len(vals[0])
+    want = torch.tensor(vals, dtype=torch.float16).reshape(-1)
+    n1, p1, d1 = _compare(dequant(packed, backend=backend), want, per=per)
+    want_s = (torch.tensor(vals, dtype=torch.float64) * scales.to(torch.float64)[:, None]).to(torch.float16)
+    n2, p2, d2 = _compare(dequant(packed, scales.to(packed.device), group_size=per, backend=backend), want_s, per=per)
+    return {"vectors": n1 + n2, "passed": p1 + p2, "max_abs_diff": max(d1, d2)}
+
+
 def kat_int4(backend: str) -> dict:
     """Every signed INT4 value (-8..7) in every one of the 8 lane positions of
     a word, the other lanes holding a different value; unscaled and scaled."""
     from .ops.int4 import int4_dequant
     from .ops.int4.reference import SLOT_OF_VALUE
 
-    dev = _device(backend)
-    vals = []
-    for v in range(-8, 8):
-        for j in range(8):
-            block = [((v + 3 + k) % 16) - 8 for k in range(8)]
-            block[j] = v
-            vals.append(block)
+    vals = lane_sweep(-8, 7, 8, offset=3)
     words = [sum((x & 0xF) << (4 * SLOT_OF_VALUE[k]) for k, x in enumerate(b)) for b in vals]
-    packed = _to_i32(words).to(dev)
-    want = torch.tensor(vals, dtype=torch.float16).reshape(-1)
-    n1, p1, d1 = _compare(int4_dequant(packed, backend=backend), want, per=8)
-    # scaled: group of 8 values per scale, scales of mixed magnitude and sign
+    # one scale per word, of mixed magnitude and sign
     scales = torch.tensor([(-1) ** i * 2.0 ** ((i % 7) - 3) * (1 + i % 5 / 8) for i in range(len(vals))],
                           dtype=torch.float16)
-    want_s = (torch.tensor(vals, dtype=torch.float64) * scales.to(torch.float64)[:, None]).to(torch.float16)
-    n2, p2, d2 = _compare(int4_dequant(packed, scales.to(dev), group_size=8, backend=backend), want_s, per=8)
-    return {"vectors": n1 + n2, "passed": p1 + p2, "max_abs_diff": max(d1, d2)}
+    return _grouped_kat(int4_dequant, _to_i32(words).to(_device(backend)), vals, scales, backend)
 
 
 def kat_int3(backend: str) -> dict:
@@ -84,24 +96,13 @@ def kat_int3(backend: str) -> dict:
     and scaled."""
     from .ops.int3 import int3_dequant
 
-    dev = _device(backend)
-    vals = []
-    for v in range(-4, 4):
-        for j in range(32):
-            block = [((v + 1 + 3 * k) % 8) - 4 for k in range(32)]
-            block[j] = v
-            vals.append(block)
+    vals = lane_sweep(-4, 3, 32, offset=1, step=3)
     words = []
     for b in vals:  # bit i of plane p = bit p of value i (two's complement)
         words += [sum((((x & 7) >> p) & 1) << i for i, x in enumerate(b)) for p in range(3)]
-    packed = _to_i32(words).to(dev)
-    want = torch.tensor(vals, dtype=torch.float16).reshape(-1)
-    n1, p1, d1 = _compare(int3_dequant(packed, backend=backend), want, per=32)
     scales = torch.tensor([(-1) ** i * 2.0 ** ((i % 9) - 4) * (1 + i % 7 / 16) for i in range(len(vals))],
                           dtype=torch.float16)
-    want_s = (torch.tensor(vals, dtype=torch.float64) * scales.to(torch.float64)[:, None]).to(torch.float16)
-    n2, p2, d2 = _compare(int3_dequant(packed, scales.to(dev), group_size=32, backend=backend), want_s, per=32)
-    return {"vectors": n1 + n2, "passed": p1 + p2, "max_abs_diff": max(d1, d2)}
+    return _grouped_kat(int3_dequant, _to_i32(words).to(_device(backend)), vals, scales, backend)
 
 
 def kat_fp8_decode(backend: str) -> dict:

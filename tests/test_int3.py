@@ -11,13 +11,7 @@ from kernel_checks import bits_equal, poison_allocator
 
 
 def _all_values_all_positions() -> torch.Tensor:
-    blocks = []
-    for v in range(-4, 4):
-        for j in range(32):
-            b = [((v + 3 + 5 * k) % 8) - 4 for k in range(32)]
-            b[j] = v
-            blocks.append(b)
-    return torch.tensor(blocks, dtype=torch.int8).reshape(-1)
+    return torch.tensor(kat.lane_sweep(-4, 3, 32, offset=3, step=5), dtype=torch.int8).reshape(-1)
 
 
 def test_pack_is_the_bitplane_definition():

@@ -12,13 +12,7 @@ from kernel_checks import bits_equal, poison_allocator
 
 def _all_values_all_lanes() -> torch.Tensor:
     """16 values x 8 lane positions: block (v, j) holds v at lane j, others rotate."""
-    blocks = []
-    for v in range(-8, 8):
-        for j in range(8):
-            b = [((v + 5 + k) % 16) - 8 for k in range(8)]
-            b[j] = v
-            blocks.append(b)
-    return torch.tensor(blocks, dtype=torch.int8).reshape(-1)
+    return torch.tensor(kat.lane_sweep(-8, 7, 8, offset=5), dtype=torch.int8).reshape(-1)
 
 
 def test_every_nibble_in_every_lane_reference():

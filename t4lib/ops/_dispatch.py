@@ -37,6 +37,12 @@ def check(name: str, t, *, dtype=None, ndim: int | None = None, device: torch.de
         raise ValueError(f"{name} must be {align}-byte aligned (data_ptr % {align} = {t.data_ptr() % align})")
 
 
+def check_grid_cap(name: str, value) -> None:
+    """A launch-grid cap (``max_blocks``/``max_ctas``, used by occupancy pacing): None or a positive int."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ValueError(f"{name} must be a positive int or None, got {value!r}")
+
+
 def same_device(**tensors: torch.Tensor) -> torch.device:
     devs = {n: t.device for n, t in tensors.items() if t is not None}
     if len(set(devs.values())) > 1:

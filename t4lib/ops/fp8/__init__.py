@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check, check_group_scales, use_cuda
+from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
 from . import binding, reference
 from .reference import MAX_FINITE, NAN_BYTES
 
@@ -62,8 +62,7 @@ def fp8_e4m3_decode(data: torch.Tensor, scales: torch.Tensor | None = None, grou
                     backend: str = "auto", max_blocks: int | None = None) -> torch.Tensor:
     """E4M3 bytes -> fp16 (see module docstring)."""
     _validate_decode(data, scales, group_size)
-    if max_blocks is not None and (not isinstance(max_blocks, int) or max_blocks < 1):
-        raise ValueError(f"max_blocks must be a positive int or None, got {max_blocks!r}")
+    check_grid_cap("max_blocks", max_blocks)
     if use_cuda(backend, binding.FAMILY, data.device):
         return _decode_cuda(data, scales, group_size, max_blocks or 0)
     return reference.fp8_e4m3_decode(data, scales, group_size)

@@ -25,7 +25,7 @@ import weakref
 
 import torch
 
-from .._dispatch import check, same_device, use_cuda
+from .._dispatch import check, check_grid_cap, same_device, use_cuda
 from . import binding, packing, reference
 from .reference import FORMATS, TYPE_OF
 
@@ -111,6 +111,37 @@ def _gemv_layout(raw: torch.Tensor, t: int, N: int, K: int) -> torch.Tensor:
     return packed
 
 
+def _require_gemv_layout(t: int, K: int, prefix: str = "") -> None:
+    if not packing.supports(t, K):
+        raise ValueError(f"{prefix}{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
+                         f"multiple of 64)")
+
+
+def _check_gemv_io(x: torch.Tensor, out: torch.Tensor | None, N: int, K: int) -> int:
+    """Checks of the activations and the optional output shared by both GEMV entry points; returns M."""
+    check("x", x, dtype=torch.float16, ndim=2, align=16)
+    M = x.shape[0]
+    if x.shape[1] != K:
+        raise ValueError(f"x must have K={K} columns, got shape {tuple(x.shape)}")
+    if not 1 <= M <= MAX_M:
+        raise ValueError(f"x must have 1..{MAX_M} rows for the GEMV, got {M}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor) or tuple(out.shape) != (M, N) or out.dtype != torch.float16:
+            got = f"{out.dtype} {tuple(out.shape)}" if isinstance(out, torch.Tensor) else type(out).__name__
+            raise ValueError(f"out must be float16 of shape ({M}, {N}), got {got}")
+        check("out", out)
+        same_device(out=out, x=x)
+    return M
+
+
+def _finish(y: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The reference result, written into ``out`` when one was given."""
+    if out is None:
+        return y
+    out.copy_(y)
+    return out
+
+
 def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, backend: str = "auto",
               max_ctas: int | None = None, layout: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
     """y [M, N] fp16 = x [M, K] fp16 @ W^T, W [N, K] in GGUF blocks (fp32 accumulation).
@@ -121,47 +152,29 @@ def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, bac
     t = type_id(ggml_type)
     if layout not in ("auto", "packed", "gguf"):
         raise ValueError(f"layout must be 'auto', 'packed' or 'gguf', got {layout!r}")
-    if layout == "packed" and not packing.supports(t, K):
-        raise ValueError(f"layout='packed': {FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, "
-                         f"IQ4_XS with K a multiple of 64)")
-    check("x", x, dtype=torch.float16, ndim=2, align=16)
-    M = x.shape[0]
-    if x.shape[1] != K:
-        raise ValueError(f"x must have K={K} columns, got shape {tuple(x.shape)}")
-    if not 1 <= M <= MAX_M:
-        raise ValueError(f"x must have 1..{MAX_M} rows for the GEMV, got {M}")
+    if layout == "packed":
+        _require_gemv_layout(t, K, prefix="layout='packed': ")
+    M = _check_gemv_io(x, out, N, K)
+    check_grid_cap("max_ctas", max_ctas)
     if K % FORMATS[t][1]:
         raise ValueError(f"K={K} is not a multiple of the {FORMATS[t][0]} block size {FORMATS[t][1]}")
     _check_raw(raw, t, N * K)
     same_device(raw=raw, x=x)
     if use_cuda(backend, binding.FAMILY, x.device):
-        if out is not None:
-            check("out", out, dtype=torch.float16, ndim=2)
-            same_device(out=out, x=x)
-            if tuple(out.shape) != (M, N):
-                raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
         y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
         if layout != "gguf" and packing.supports(t, K):
             binding.gemv_packed(t, _gemv_layout(raw, t, N, K), x, y, M, N, K, max_ctas or 0)
         else:
             binding.gemv(t, raw, x, y, M, N, K, max_ctas or 0)
         return y
-    y = reference.gemv(raw, t, x, N, K)
-    if out is not None:
-        if tuple(out.shape) != (M, N) or out.dtype != torch.float16:
-            raise ValueError(f"out must be float16 of shape ({M}, {N}), got {out.dtype} {tuple(out.shape)}")
-        out.copy_(y)
-        return out
-    return y
+    return _finish(reference.gemv(raw, t, x, N, K), out)
 
 
 def pack_for_gemv(raw: torch.Tensor, ggml_type, N: int, K: int) -> torch.Tensor:
     """GGUF bytes of W [N, K] -> the GEMV layout of :mod:`.packing` (same size, same device)."""
     t = type_id(ggml_type)
     _check_raw(raw, t, N * K)
-    if not packing.supports(t, K):
-        raise ValueError(f"{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
-                         f"multiple of 64)")
+    _require_gemv_layout(t, K)
     return packing.pack(raw, t, N, K).contiguous()
 
 
@@ -169,31 +182,16 @@ def gguf_gemv_packed(packed: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K
                      max_ctas: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """As :func:`gguf_gemv` with W given in the GEMV layout (from :func:`pack_for_gemv`)."""
     t = type_id(ggml_type)
-    if not packing.supports(t, K):
-        raise ValueError(f"{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
-                         f"multiple of 64)")
+    _require_gemv_layout(t, K)
     check("packed", packed, dtype=torch.uint8, contiguous=True, align=16)
     want = nbytes(t, N * K)
     if packed.numel() != want:
         raise ValueError(f"packed has {packed.numel()} bytes but {N * K} {FORMATS[t][0]} values need {want}")
-    check("x", x, dtype=torch.float16, ndim=2, align=16)
-    M = x.shape[0]
-    if x.shape[1] != K:
-        raise ValueError(f"x must have K={K} columns, got shape {tuple(x.shape)}")
-    if not 1 <= M <= MAX_M:
-        raise ValueError(f"x must have 1..{MAX_M} rows for the GEMV, got {M}")
+    M = _check_gemv_io(x, out, N, K)
+    check_grid_cap("max_ctas", max_ctas)
     same_device(packed=packed, x=x)
-    if out is not None:
-        check("out", out, dtype=torch.float16, ndim=2)
-        same_device(out=out, x=x)
-        if tuple(out.shape) != (M, N):
-            raise ValueError(f"out must have shape ({M}, {N}), got {tuple(out.shape)}")
     if use_cuda(backend, binding.FAMILY, x.device):
         y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
         binding.gemv_packed(t, packed, x, y, M, N, K, max_ctas or 0)
         return y
-    y = reference.gemv(packing.unpack(packed.cpu(), t, N, K), t, x, N, K)
-    if out is not None:
-        out.copy_(y)
-        return out
-    return y
+    return _finish(reference.gemv(packing.unpack(packed.cpu(), t, N, K), t, x, N, K), out)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check, check_group_scales, use_cuda
+from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
 from . import binding, reference
 from .reference import BLOCK, unpack_int3
 
@@ -46,8 +46,7 @@ def int3_dequant(packed: torch.Tensor, scales: torch.Tensor | None = None, group
     (through swizzled shared memory, or direct). Neither changes the result.
     """
     _validate(packed, scales, group_size)
-    if max_blocks is not None and (not isinstance(max_blocks, int) or max_blocks < 1):
-        raise ValueError(f"max_blocks must be a positive int or None, got {max_blocks!r}")
+    check_grid_cap("max_blocks", max_blocks)
     if use_cuda(backend, binding.FAMILY, packed.device):
         return _int3_dequant_cuda(packed, scales, group_size, max_blocks or 0, bool(staged))
     return reference.int3_dequant(packed, scales, group_size)

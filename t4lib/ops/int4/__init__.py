@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check, check_group_scales, use_cuda
+from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
 from . import binding, reference
 from .reference import unpack_int4
 
@@ -42,8 +42,7 @@ def int4_dequant(packed: torch.Tensor, scales: torch.Tensor | None = None, group
     the result does not depend on it.
     """
     _validate(packed, scales, group_size)
-    if max_blocks is not None and (not isinstance(max_blocks, int) or max_blocks < 1):
-        raise ValueError(f"max_blocks must be a positive int or None, got {max_blocks!r}")
+    check_grid_cap("max_blocks", max_blocks)
     if use_cuda(backend, binding.FAMILY, packed.device):
         return _int4_dequant_cuda(packed, scales, group_size, max_blocks or 0)
     return reference.int4_dequant(packed, scales, group_size)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 
 from ...quant.w4a16 import QuantizedWeight
-from .._dispatch import check, use_cuda
+from .._dispatch import check, check_grid_cap, use_cuda
 from . import binding, reference
 
 __all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M"]
@@ -38,8 +38,7 @@ def _validate(x, w, max_ctas, gemv_range: bool) -> torch.Tensor:
         raise ValueError(f"gemv takes M = 1..{GEMV_MAX_M} rows of x, got M={M}; use gemm for larger M")
     if x.device != w.device:
         raise ValueError(f"x is on {x.device} but w is on {w.device}")
-    if max_ctas is not None and (not isinstance(max_ctas, int) or isinstance(max_ctas, bool) or max_ctas < 1):
-        raise ValueError(f"max_ctas must be a positive int or None, got {max_ctas!r}")
+    check_grid_cap("max_ctas", max_ctas)
     x = x.contiguous()
     if x.is_cuda and x.data_ptr() % 16:  # the kernels read x with 16-byte loads
         x = x.clone()
