@@ -140,6 +140,17 @@ def test_missing_preset_checkpoint_names_path_and_command(tmp_path, monkeypatch)
         tiny.load_preset("tiny-cpu")
 
 
+def test_preset_overrides():
+    p = tiny.override_preset(tiny.get_preset("tiny-gpu"), {"batch_size": "16", "chat_fraction": "0.5"})
+    assert (p.batch_size, p.chat_fraction, p.hidden_size) == (16, 0.5, 256)
+    with pytest.raises(ValueError, match="hidden_size"):
+        tiny.override_preset(p, {"hidden_size": 64})
+    with pytest.raises(ValueError, match="lr='fast'"):
+        tiny.override_preset(p, {"lr": "fast"})
+    with pytest.raises(SystemExit):
+        tiny.main(["train", "--preset", "micro", "--set", "steps"])
+
+
 def test_committed_models_budget_and_records():
     if not MODELS.exists():
         pytest.skip("no committed checkpoints yet")
@@ -155,6 +166,10 @@ def test_committed_models_budget_and_records():
             f"{d.name} was trained on other data than the committed math_train.jsonl"
         for k in ("math_exact_match", "copy_token_accuracy", "abstention_rate"):
             assert 0.0 <= rec["eval"][k] <= 1.0
+        from dataclasses import asdict
+        recipe = {k: v for k, v in asdict(tiny.get_preset(d.name)).items() if k != "extra"}
+        assert {k: rec["preset_config"].get(k) for k in recipe} == recipe, \
+            f"{d.name} was trained with another recipe than its preset; retrain: {tiny.train_command(d.name)}"
         tok_sha = corpus.sha256("tokenizer/tokenizer.json")
         assert rec["tokenizer_sha256"] == tok_sha, \
             f"{d.name} was trained with another tokenizer; retrain: {tiny.train_command(d.name)}"
