@@ -29,8 +29,9 @@
 //     template <int M, int R>
 //     __device__ static void dot(const Frag (&f)[R], const t4::gemv::Weights& w, int c,
 //                                const half* __restrict__ x, long long ldx, float (&acc)[R][M]);
-//     // Optional tuning knobs (defaults below via GemvTuning): rows per warp
-//     // and chunks in flight per lane, as a function of M.
+//     // Optional tuning knobs (t4::gemv::Tuning<Format, M>, defaults below): rows
+//     // per warp R, chunks per lane and load stage U, kMinBlocks, and kPipe
+//     // (two register stages of loads), as a function of M.
 //   };
 //
 // `t4::gemv::Weights` carries both layouts the formats need:
@@ -55,6 +56,8 @@
 // Python reference does, forms short fp16 partial dot products (a few
 // half2 FMAs) and accumulates them in fp32; the output is rounded once to fp16.
 #pragma once
+#include <type_traits>
+
 #include "common.cuh"
 
 namespace t4 {
@@ -87,12 +90,46 @@ constexpr int kThreads = 32 * kWarps;
 // per warp reuse each x load across rows (x traffic grows with M); U x R
 // independent loads per lane hide DRAM latency without cp.async.
 // kMinBlocks feeds __launch_bounds__: 8 CTAs (32 warps) per SM caps registers at 64.
+// kPipe (optional, default false): double-buffer the loads in registers, so the
+// next U x R chunks are in flight while these are dequantized and multiplied.
+// Each warp then always has loads outstanding, instead of alternating between
+// waiting and computing; it pays off where dequantization is a large part of a
+// chunk's time (INT4, measured), at twice the registers of U.
 template <class F, int M>
 struct Tuning {
   static constexpr int R = 2;
   static constexpr int U = M == 1 ? 4 : 2;
   static constexpr int kMinBlocks = M <= 2 ? 8 : (M <= 4 ? 5 : 4);
 };
+
+template <class T, class = void>
+struct PipeOf : std::false_type {};
+template <class T>
+struct PipeOf<T, std::void_t<decltype(T::kPipe)>> : std::bool_constant<T::kPipe> {};
+
+// Issue the loads of the U chunks c0, c0 + step, ... of the R rows (no arithmetic).
+template <class F, int R, int U>
+__device__ __forceinline__ void load_chunks(typename F::Frag (&f)[U][R], const Weights& w, const int (&rows)[R],
+                                            int c0, int step, int n_chunks) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = c0 + u * step;
+    if (c < n_chunks) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) F::load(f[u][r], w, rows[r], c);
+    }
+  }
+}
+
+template <class F, int M, int R, int U>
+__device__ __forceinline__ void dot_chunks(const typename F::Frag (&f)[U][R], const Args& a, int c0, int step,
+                                           int n_chunks, float (&acc)[R][M]) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int c = c0 + u * step;
+    if (c < n_chunks) F::template dot<M, R>(f[u], a.w, c, a.x, a.ldx, acc);
+  }
+}
 
 template <class F, int M, int R, int U, int S>
 __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kernel(Args a) {
@@ -122,22 +159,24 @@ __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kerne
 #pragma unroll
       for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
 
-    if (live) {
-      for (int c0 = lane + 32 * ks; c0 < n_chunks; c0 += 32 * S * U) {
+    // Lane l of K slice ks takes chunks l + 32 ks, then every 32 S-th; U of them per stage.
+    constexpr int kStep = 32 * S, kStage = kStep * U;
+    if (live && !PipeOf<Tuning<F, M>>::value) {
+      for (int c0 = lane + 32 * ks; c0 < n_chunks; c0 += kStage) {
         typename F::Frag f[U][R];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {         // all loads first: U x R in flight
-          const int c = c0 + u * 32 * S;
-          if (c < n_chunks) {
-#pragma unroll
-            for (int r = 0; r < R; ++r) F::load(f[u][r], a.w, rows[r], c);
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-          const int c = c0 + u * 32 * S;
-          if (c < n_chunks) F::template dot<M, R>(f[u], a.w, c, a.x, a.ldx, acc);
-        }
+        load_chunks<F, R, U>(f, a.w, rows, c0, kStep, n_chunks);  // all loads first: U x R in flight
+        dot_chunks<F, M, R, U>(f, a, c0, kStep, n_chunks, acc);
+      }
+    } else if (live) {  // two register stages: stage b + 1 loads while stage b computes
+      typename F::Frag f0[U][R], f1[U][R];
+      int c0 = lane + 32 * ks;
+      load_chunks<F, R, U>(f0, a.w, rows, c0, kStep, n_chunks);
+      for (; c0 < n_chunks; c0 += 2 * kStage) {
+        load_chunks<F, R, U>(f1, a.w, rows, c0 + kStage, kStep, n_chunks);
+        dot_chunks<F, M, R, U>(f0, a, c0, kStep, n_chunks, acc);
+        if (c0 + kStage >= n_chunks) break;
+        load_chunks<F, R, U>(f0, a.w, rows, c0 + 2 * kStage, kStep, n_chunks);
+        dot_chunks<F, M, R, U>(f1, a, c0 + kStage, kStep, n_chunks, acc);
       }
     }
     // Butterfly reduction over the 32 lanes: fixed order, every lane ends with the sum.

@@ -209,12 +209,14 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
         # Recorded beside, not inside, `passed`: a sanitizer run that times out says
         # nothing about the kernels, and the ledger must still say what the tests showed.
         entry["sanitizers_clean"] = all(r["clean"] for r in entry["sanitizers"].values())
-    # 5. a short benchmark pass (its figures land in results/<slug>/)
+    # 5. a short benchmark pass; its figures go into the ledger only, so a quick run never
+    #    replaces the full benchmark's results/<slug>/int4_dequant.json
     if bench:
         from .ops.int4 import bench as int4_bench
 
         try:
-            figs = int4_bench.run(results.results_dir() / info["slug"], quick=True)
+            with tempfile.TemporaryDirectory() as tmp:
+                figs = int4_bench.run(Path(tmp), quick=True)
             entry["bench"] = {f["name"]: f["value"] for f in figs}
             checks["bench"] = True
         except Exception as e:  # a benchmark failure is recorded, not hidden

@@ -32,10 +32,15 @@ def test_reference_equals_dequantized_matmul():
     assert torch.equal(ops.gemm(x, w), want)
 
 
-def test_matmul_picks_gemv_or_gemm():
+def test_matmul_picks_gemv_or_gemm(monkeypatch):
     w = _w(8, 128)
-    assert ops.matmul(_x(8, 128), w).shape == (8, 8)
-    assert ops.matmul(_x(9, 128), w).shape == (9, 8)
+    called = []
+    monkeypatch.setattr(ops, "gemv", lambda x, w, **kw: called.append(("gemv", x.shape[0])) or x[:, :8])
+    monkeypatch.setattr(ops, "gemm", lambda x, w, **kw: called.append(("gemm", x.shape[0])) or x[:, :8])
+    for M in (1, ops.MATMUL_GEMV_MAX_M, ops.MATMUL_GEMV_MAX_M + 1, 9):
+        assert ops.matmul(_x(M, 128), w).shape == (M, 8)
+    assert called == [("gemv", 1), ("gemv", ops.MATMUL_GEMV_MAX_M), ("gemm", ops.MATMUL_GEMV_MAX_M + 1),
+                      ("gemm", 9)]
 
 
 def test_noncontiguous_x_is_accepted():
@@ -97,8 +102,10 @@ def _check(y, x, w):
     assert not bad.any(), f"{int(bad.sum())} entries over tolerance; worst err {err.max().item():.3g}"
 
 
+# (1, 4300, 4224): enough rows for no split-K even on 132 SMs and an odd number (3) of
+# load stages per lane, the M = 1 register pipeline's tail.
 SHAPES = [(1, 896, 896), (1, 4864, 896), (3, 896, 4864), (8, 1536, 8960), (5, 257, 512), (2, 1, 128),
-          (7, 33, 96), (4, 1023, 1152), (1, 5, 17408 // 8 * 8)]
+          (7, 33, 96), (4, 1023, 1152), (1, 5, 17408 // 8 * 8), (1, 4300, 4224)]
 
 
 @pytest.mark.gpu

@@ -72,12 +72,23 @@ def decode_step(B: int, quick: bool = False) -> tuple[list[dict], dict]:
         meta["fla_note"] = ("fla's fused_recurrent_gated_delta_rule does the recurrence only (q/k/v already "
                             "convolved, heads expanded to 48, no output gate); ours also does conv, gates and the "
                             "gated RMSNorm")
-    baseline = "fla_fused_recurrent" if fla_fn else "t4lib_head"
+    # Floors in the same harness: the step reads and writes the state once, as a copy_ of it
+    # does; a one-element kernel is the launch cost inside a graph.
     nbytes = state_bytes(B, H, D, D)
+    cases["floor_copy_state"] = (lambda dst, src: dst.copy_(src),
+                                 lambda: (torch.empty(nbytes // 8, device=dev), torch.empty(nbytes // 8, device=dev)))
+    cases["floor_one_element_kernel"] = (lambda t: t.add_(1), lambda: (torch.zeros(1, device=dev),))
+    meta["floor_note"] = ("floor_copy_state: torch copy_ of a state-sized fp32 buffer (the same bytes read and "
+                          "written); floor_one_element_kernel: launch cost of one kernel inside a CUDA graph")
+    baseline = "fla_fused_recurrent" if fla_fn else "t4lib_head"
     res = bench.compare(cases, baseline=baseline, bytes_moved=nbytes, rounds=3, iters=10 if quick else 30)
     figs = bench.to_figures(res, f"deltanet_decode/B{B}", SOURCE)
     ours_t = {n: st["median_s"] for n, st in res["cases"].items() if n.startswith("t4lib")}
     best = min(ours_t, key=ours_t.get)
+    figs.append(results.figure(f"deltanet_decode/B{B}/{best}/frac_of_copy_floor",
+                               res["cases"]["floor_copy_state"]["median_s"] / ours_t[best], "fraction", "ARITHMETIC",
+                               SOURCE, note="median time of a state-sized copy_ / median time of the fastest launch "
+                                            "shape, same run"))
     meta.update(fastest=best, state_bytes=nbytes, t4_floor_us=hw.t4_time_estimate(nbytes) * 1e6)
     figs.append(results.figure(f"deltanet_decode/B{B}/fastest_variant_time", ours_t[best] * 1e6, "us", "ARITHMETIC",
                                SOURCE, note=f"minimum over launch shapes: {best}", variant=best))

@@ -21,9 +21,15 @@ from ...quant.w4a16 import QuantizedWeight
 from .._dispatch import check, check_grid_cap, use_cuda
 from . import binding, reference
 
-__all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M"]
+__all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M", "MATMUL_GEMV_MAX_M"]
 
 GEMV_MAX_M = 8
+# matmul's switch to the GEMM. The GEMV's arithmetic grows with M (each row is
+# dequantized once but multiplied M times) while the GEMM's 16-row tile costs the
+# same for M = 1..16. On the H200 (results/nvidia-h200/w4a16_gemv.json, _gemm.json):
+# M = 4 is a near tie (5120x17408: GEMV 55 us, GEMM 50 us; 896x4864: 5.5 against
+# 6.6 us); at M = 8 the GEMM wins (51 against 100 us; 6.8 against 8.7 us).
+MATMUL_GEMV_MAX_M = 4
 
 
 def _validate(x, w, max_ctas, gemv_range: bool) -> torch.Tensor:
@@ -96,7 +102,7 @@ def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, ba
 
 
 def matmul(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
-    """GEMV for M <= 8, GEMM above: what QuantLinear calls."""
-    if isinstance(x, torch.Tensor) and x.dim() == 2 and 1 <= x.shape[0] <= GEMV_MAX_M:
+    """GEMV for M <= MATMUL_GEMV_MAX_M, GEMM above: what QuantLinear calls."""
+    if isinstance(x, torch.Tensor) and x.dim() == 2 and 1 <= x.shape[0] <= MATMUL_GEMV_MAX_M:
         return gemv(x, w, max_ctas=max_ctas, backend=backend)
     return gemm(x, w, max_ctas=max_ctas, backend=backend)

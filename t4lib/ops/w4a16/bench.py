@@ -27,7 +27,7 @@ GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 
 GEMV_MULTI_M = [(2, 5120, 17408), (4, 5120, 17408), (8, 5120, 17408), (2, 896, 4864), (4, 896, 4864),
                 (8, 896, 4864)]
 GEMM_SHAPES = [(5120, 17408), (896, 4864)]
-GEMM_M = [16, 32, 64, 128, 512]
+GEMM_M = [4, 8, 16, 32, 64, 128, 512]
 
 QWEN05 = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
               num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,

@@ -1,0 +1,86 @@
+"""M = 1 INT4 GEMV launch variants against the library kernel, cuBLAS fp16 and a
+same-size copy, on a GPU (not part of the library; it chose the library's
+M = 1 tuning in kernels/w4a16.cu):
+
+    python tools/gemv_lab/run_lab.py [quick]      # writes $OUT/lab.json
+
+Variants (gemv_lab.cu): R rows per warp, U chunks per load stage, "pipe" = two
+register stages, "mb4" = 4 CTAs/SM minimum (128 registers) instead of 8,
+"RO" = the same loads with no arithmetic (the read floor), p1/p0 = persistent
+or full grid. Outputs of every non-RO variant must equal the library's bit for bit.
+"""
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
+import torch
+import torch.nn.functional as F
+
+from t4lib import bench
+from t4lib.ops.deltanet.bench import decode_step
+from t4lib.ops.w4a16 import gemv
+from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
+from t4lib.quant.w4a16 import QuantizedWeight
+
+OUT = os.environ.get("OUT", "/tmp/out")
+so = "/tmp/lab.so"
+subprocess.run(["nvcc", "-O3", "-std=c++17", "-cudart", "static", "--shared", "-Xcompiler", "-fPIC", "-gencode",
+                "arch=compute_75,code=[sm_75,compute_75]", "-I", "kernels", "-o", so, "tools/gemv_lab/gemv_lab.cu"], check=True)
+lib = ctypes.CDLL(so)
+lib.lab_gemv.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+V = {0: "R2U4", 1: "R4U2", 2: "R1U8", 3: "R2U2pipe", 4: "R4U1pipe", 5: "R1U4pipe", 6: "R2U4_RO", 7: "R2U2pipe_RO",
+     8: "R2U8mb4", 9: "R2U2pipe_mb4", 10: "R4U2pipe_mb4", 11: "R2U4mb4", 12: "R4U4mb4"}
+RO = {6, 7}
+out = {"gemv": {}, "check": {}}
+shapes = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896)]
+if len(sys.argv) > 1 and sys.argv[1] == "quick":
+    shapes = shapes[:1]
+for K, N in shapes:
+    key = f"{K}x{N}"
+    q, s = _rand_qw(N, K)
+    x = torch.randn(1, K, device="cuda").half()
+    ref = gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda")
+    chk = {}
+    for v in V:
+        if v in RO:
+            continue
+        for persist in (1, 0):
+            y = torch.full((1, N), float("nan"), device="cuda", dtype=torch.float16)
+            st = lib.lab_gemv(v, q.data_ptr(), s.data_ptr(), x.data_ptr(), y.data_ptr(), N, K, persist,
+                              torch.cuda.current_stream().cuda_stream)
+            torch.cuda.synchronize()
+            chk[f"{V[v]}/p{persist}"] = [st, float((y.float() - ref.float()).abs().max())]
+    out["check"][key] = chk
+    print(key, "max diff vs lib:", max(c[1] for c in chk.values()), "status", {c[0] for c in chk.values()}, flush=True)
+
+    def lab_case(v, persist):
+        def fn(q, s, x, y):
+            lib.lab_gemv(v, q.data_ptr(), s.data_ptr(), x.data_ptr(), y.data_ptr(), N, K, persist,
+                         torch.cuda.current_stream().cuda_stream)
+
+        def mk():
+            return (*_rand_qw(N, K), torch.randn(1, K, device="cuda").half(),
+                    torch.empty(1, N, device="cuda", dtype=torch.float16))
+        return fn, mk
+
+    nb = _qbytes(1, K, N)
+    cases = {
+        "cublas_fp16": (lambda x, w: F.linear(x, w), lambda: (torch.randn(1, K, device="cuda").half(),
+                                                              torch.randn(N, K, device="cuda").half())),
+        "lib": (lambda x, q, s: gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda"),
+                lambda: (torch.randn(1, K, device="cuda").half(), *_rand_qw(N, K))),
+        "copy_same_bytes": (lambda d, s_: d.copy_(s_), lambda: (torch.empty(nb // 2, dtype=torch.uint8, device="cuda"),
+                                                                torch.empty(nb // 2, dtype=torch.uint8, device="cuda"))),
+    }
+    for v in V:
+        for persist in (1, 0):
+            cases[f"{V[v]}/p{persist}"] = lab_case(v, persist)
+    res = bench.compare(cases, "cublas_fp16", bytes_moved=nb, rounds=3, iters=20)
+    out["gemv"][key] = {n: {"us": st["median_s"] * 1e6, "frac": st.get("frac_copy_bw"),
+                            "x_cublas": st["speedup_vs_baseline"]} for n, st in res["cases"].items()}
+    for n, st in sorted(out["gemv"][key].items(), key=lambda kv: kv[1]["us"]):
+        print(f"  {key:12s} {n:22s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_cublas']:.2f}", flush=True)
+
+json.dump(out, open(f"{OUT}/lab.json", "w"), indent=1)
