@@ -86,6 +86,12 @@ def _collect(target: str, marker: str) -> list[str]:
     return [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith(target + "::")]
 
 
+def _sanitizer_targets() -> list[str]:
+    """Every kernel family's own GPU tests (tests/test_<family>*.py), small by design."""
+    return sorted({str(p.relative_to(REPO)) for fam in _build.families()
+                   for p in (REPO / "tests").glob(f"test_{fam}*.py")})
+
+
 def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shards: int = 1,
               tools: tuple[str, ...] = SANITIZER_TOOLS, only: set | None = None) -> dict:
     """Each (tool, test file) pair under compute-sanitizer, split into ``shards``
@@ -120,8 +126,7 @@ def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shar
     out: dict = {}
     for (tool, t, _), r in zip(jobs, runs):
         out.setdefault(tool, {}).setdefault(t, []).append(r)
-    files = {tool: {t: _merge_shards(rs) for t, rs in per.items()} for tool, per in out.items()}
-    return files
+    return {tool: {t: _merge_shards(rs) for t, rs in per.items()} for tool, per in out.items()}
 
 
 def _merge_shards(rs: list[dict]) -> dict:
@@ -201,9 +206,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
 
     # 4. sanitizers over the GPU tests
     if sanitize:
-        # every kernel family's own GPU tests (tests/test_<family>*.py), small by design
-        targets = sorted({str(p.relative_to(REPO)) for fam in _build.families()
-                          for p in (REPO / "tests").glob(f"test_{fam}*.py")})
+        targets = _sanitizer_targets()
         entry["sanitizer_targets"] = targets
         entry["sanitizers"] = _summarize(_sanitize(targets, sanitizer_timeout, shards=shards))
         # Recorded beside, not inside, `passed`: a sanitizer run that times out says
@@ -237,8 +240,7 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int) -> dic
         raise RuntimeError(f"--resume: {out} does not verify the current sources "
                            f"({entry.get('sources_sha256', '?')[:12]} vs {fresh['sources_sha256'][:12]}) or did "
                            "not pass; run a full verify")
-    targets = entry.get("sanitizer_targets") or sorted(
-        {str(p.relative_to(REPO)) for fam in _build.families() for p in (REPO / "tests").glob(f"test_{fam}*.py")})
+    targets = entry.get("sanitizer_targets") or _sanitizer_targets()
     files = {tool: dict(v.get("files", {})) for tool, v in (entry.get("sanitizers") or {}).items()}
     todo = {(tool, t) for tool in SANITIZER_TOOLS for t in targets
             if not files.get(tool, {}).get(t, {}).get("clean")}

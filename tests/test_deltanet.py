@@ -238,7 +238,7 @@ def _run_steps(B, H, HK, head_order, variant, x_dtype, out_dtype, steps, seed=0)
 @pytest.mark.slow  # 64 steps of kernel + reference: left out of the sanitizer runs, which take the test below
 @pytest.mark.parametrize("B", [1, 4])
 @pytest.mark.parametrize("head_order", ["hf", "gguf"])
-@pytest.mark.parametrize("variant", [1, 2, 4, 8])
+@pytest.mark.parametrize("variant", list(dn.SPLITS))
 def test_kernel_exact_over_64_steps_fp32(B, head_order, variant):
     torch.backends.cuda.matmul.allow_tf32 = False
     worst = _run_steps(B, 48, 16, head_order, variant, torch.float32, torch.float32, steps=64)
@@ -248,7 +248,7 @@ def test_kernel_exact_over_64_steps_fp32(B, head_order, variant):
 @pytest.mark.gpu
 @pytest.mark.parametrize("B", [1, 4])
 @pytest.mark.parametrize("head_order", ["hf", "gguf"])
-@pytest.mark.parametrize("variant", [1, 2, 4, 8])
+@pytest.mark.parametrize("variant", list(dn.SPLITS))
 def test_kernel_exact_over_2_steps_fp32(B, head_order, variant):
     """Every launch shape of the 64-step test, short enough to run under compute-sanitizer."""
     torch.backends.cuda.matmul.allow_tf32 = False

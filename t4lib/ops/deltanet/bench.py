@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from ... import bench, hw, results
-from . import VARIANTS, gated_deltanet_decode, reference, state_bytes
+from . import SPLITS, VARIANTS, gated_deltanet_decode, reference, state_bytes
 
 SOURCE = "t4lib.ops.deltanet.bench"
 H, HK, D, HIDDEN, FFN = 48, 16, 128, 5120, 17408
@@ -49,8 +49,9 @@ def decode_step(B: int, quick: bool = False) -> tuple[list[dict], dict]:
         return fn
 
     cases = {f"t4lib_{name}": (ours(name), make) for name in VARIANTS}
-    for split in (2, 8):
-        cases[f"t4lib_split{split}"] = (ours(split), make)
+    for split in SPLITS:  # the named variants, plus every other split
+        if split not in VARIANTS.values():
+            cases[f"t4lib_split{split}"] = (ours(split), make)
     fla_fn, fla_err = _fla()
     meta = {"B": B, "fla": "measured" if fla_fn else f"skipped ({fla_err})"}
     if fla_fn is not None:
