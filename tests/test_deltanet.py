@@ -174,6 +174,12 @@ def _call(**over):
     return dn.gated_deltanet_decode(**kw)
 
 
+def test_auto_variant_follows_batch_size():
+    assert [dn._split_of("auto", B) for B in (1, 2, 4, 16)] == [1, 2, 2, 2]
+    assert dn._split_of("head", 4) == 1 and dn._split_of("split", 1) == dn.VARIANTS["split"]
+    assert all(dn.auto_split(B) in dn.SPLITS for B in range(1, 9))
+
+
 def test_bad_input_names_the_problem():
     X, S, L = _inputs()
     with pytest.raises(TypeError, match="state must have dtype torch.float32"):

@@ -9,8 +9,9 @@ and head orders are those of :mod:`.reference`. The CUDA kernel fuses conv,
 gates, the state update with the single-pass shortcut
 ``o = decay (S^T q) + delta (k . q)`` and the output gate; ``variant`` picks
 its launch shape: ``"head"`` (one CTA per value head and batch row) or
-``"split"`` (each head's 128 value columns split over several CTAs), or an
-explicit CTAs-per-head count 1, 2, 4 or 8.
+``"split"`` (each head's 128 value columns split over several CTAs), an
+explicit CTAs-per-head count 1, 2, 4 or 8, or ``"auto"`` (the default: the
+launch shape measured fastest for the batch size, :func:`auto_split`).
 """
 from __future__ import annotations
 
@@ -20,13 +21,19 @@ from .._dispatch import check, same_device, use_cuda
 from . import binding, reference
 from .reference import HEAD_ORDERS, key_head_index
 
-__all__ = ["gated_deltanet_decode", "HEAD_ORDERS", "key_head_index", "VARIANTS", "DEFAULT_VARIANT",
-           "state_bytes"]
+__all__ = ["gated_deltanet_decode", "HEAD_ORDERS", "key_head_index", "VARIANTS", "auto_split", "state_bytes"]
 
 KERNEL_HEAD_DIM = 128
 SPLITS = (1, 2, 4, 8)
 VARIANTS = {"head": 1, "split": 4}
-DEFAULT_VARIANT = "split"
+
+
+def auto_split(B: int) -> int:
+    """CTAs per head for ``variant="auto"``. On the H200 at the 27B shape
+    (results/nvidia-h200/qwen35_deltanet.json) one CTA per head was fastest at
+    B = 1 (6.2 us; 2, 4, 8 CTAs: 6.5, 7.0, 7.6 us) and 2 CTAs at B = 4 (11.7 us;
+    1, 4, 8: 13.7, 15.3, 16.9 us). B = 2, 3 were not measured and take 2."""
+    return 1 if B == 1 else 2
 
 _WS: dict = {}
 
@@ -36,9 +43,9 @@ def state_bytes(B: int, H: int, Dk: int = 128, Dv: int = 128) -> int:
     return 2 * 4 * B * H * Dk * Dv
 
 
-def _split_of(variant) -> int:
+def _split_of(variant, B: int) -> int:
     if variant == "auto":
-        variant = DEFAULT_VARIANT
+        return auto_split(B)
     if isinstance(variant, str):
         if variant not in VARIANTS:
             raise ValueError(f"variant must be 'auto', one of {tuple(VARIANTS)} or a split in {SPLITS}, "
@@ -149,7 +156,7 @@ def gated_deltanet_decode(qkv: torch.Tensor, z: torch.Tensor, alpha: torch.Tenso
     """
     B, H, Dk, Dv = _validate(qkv, z, alpha, beta, conv_state, state, conv_w, ssm_a, dt_bias, ssm_norm, num_k_heads,
                              head_order, out_dtype, conv_state_out)
-    split = _split_of(variant)
+    split = _split_of(variant, B)
     if out is not None:
         check("out", out, dtype=out_dtype, ndim=2)
         if tuple(out.shape) != (B, H * Dv):
