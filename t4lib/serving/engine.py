@@ -6,6 +6,13 @@ of the next token (greedy argmax, or sampling by the Gumbel-max trick on
 ``softmax(logits / temperature)`` restricted to the top k), and the update of
 the step's own inputs (token, position, output slot) all live on the device,
 so decoding ``n`` tokens is ``n`` graph replays and no host synchronisation.
+With ``compile`` (default on CUDA) the decode forward is first compiled by
+``torch.compile`` (Inductor, no CUDA graphs of its own): the elementwise work
+between the matrix products (RMSNorm, rotary embedding, SiLU-gating, residual
+adds) is fused into a few kernels, and our graph captures the fused step. A
+batch-1 decode step of a small model is bound by the number of kernels, not
+by bytes, so this is where most of its time goes. If compilation fails, the
+engine captures the uncompiled step and says why in ``compile_error``.
 Works for any HF causal LM whose forward accepts ``past_key_values``,
 ``cache_position`` and ``position_ids`` (Qwen2, Llama, Mistral, ...), with
 ``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers. Decoding always runs
@@ -44,6 +51,8 @@ class GenerateResult:
     decode_tokens_per_s: float       # per sequence: (new - 1) / decode_s
     graph: bool
     graph_error: str | None = None
+    compiled: bool = False
+    compile_error: str | None = None
     weight_bytes: int = 0
     peak_mem_bytes: int | None = None
     bytes_per_step: float = 0.0
@@ -98,7 +107,8 @@ def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: in
 class StaticEngine:
     """Greedy/sampled decoding with a static KV cache and CUDA-graph decode steps (see module docstring)."""
 
-    def __init__(self, model: nn.Module, max_len: int = 512, use_graph: bool | None = None):
+    def __init__(self, model: nn.Module, max_len: int = 512, use_graph: bool | None = None,
+                 compile: bool | None = None):
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
                             f"got {type(model).__name__}")
@@ -110,9 +120,15 @@ class StaticEngine:
         self.use_graph = (self.device.type == "cuda") if use_graph is None else bool(use_graph)
         if self.use_graph and self.device.type != "cuda":
             raise ValueError("use_graph=True needs the model on a CUDA device")
+        if compile is not None and not isinstance(compile, bool):
+            raise TypeError(f"compile must be a bool or None, got {type(compile).__name__}")
+        self.compile = self.use_graph if compile is None else compile
         self._key = None      # (batch, do_sample, temperature, top_k) the buffers/graph were built for
         self.graph = None
         self.graph_error = None
+        self.compile_error = None
+        self._decode_forward = None  # the compiled decode forward, once built
+        self._logits_to_keep = True  # whether the model's forward takes logits_to_keep
 
     # ------------------------------------------------------------------ setup
     def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, n_out: int):
@@ -131,19 +147,23 @@ class StaticEngine:
         else:
             self.cache.reset()
 
-    def _forward(self, ids, cache_position, logits_to_keep=1):
+    def _forward(self, ids, cache_position):
+        """Logits of the last position [B, 1, V]."""
         B = ids.shape[0]
         pos_ids = cache_position.view(1, -1).expand(B, -1)
-        try:
-            return self.model(input_ids=ids, past_key_values=self.cache, cache_position=cache_position,
-                              position_ids=pos_ids, use_cache=True, logits_to_keep=logits_to_keep).logits
-        except TypeError:  # models without logits_to_keep
-            return self.model(input_ids=ids, past_key_values=self.cache, cache_position=cache_position,
-                              position_ids=pos_ids, use_cache=True).logits[:, -1:]
+        kw = dict(input_ids=ids, past_key_values=self.cache, cache_position=cache_position, position_ids=pos_ids,
+                  use_cache=True)
+        if self._logits_to_keep:
+            try:
+                return self.model(**kw, logits_to_keep=1).logits
+            except TypeError:  # models without logits_to_keep (found by the eager prefill, before any tracing)
+                self._logits_to_keep = False
+        return self.model(**kw).logits[:, -1:]
 
     def _step(self):
         """One decode step on the static buffers (what the graph captures)."""
-        logits = self._forward(self.ids, self.pos)
+        fwd = self._decode_forward if self._decode_forward is not None else self._forward
+        logits = fwd(self.ids, self.pos)
         nxt = _select(logits[:, -1], *self._sel)
         self.ids.copy_(nxt[:, None])
         self.out.index_copy_(1, self.step_idx, nxt[:, None])
@@ -151,6 +171,20 @@ class StaticEngine:
         self.step_idx.add_(1)
 
     def _capture(self):
+        if self.compile and self._decode_forward is None and self.compile_error is None:
+            # dynamic=False: one decode shape per engine; Inductor's own CUDA graphs stay off (ours capture it).
+            self._decode_forward = torch.compile(self._forward, dynamic=False)
+            self._capture_graph()
+            if self.graph is None:  # compilation (or capturing its kernels) failed: capture the plain step
+                self.compile_error, self.graph_error = self.graph_error, None
+                self._decode_forward = None
+                warnings.warn(f"StaticEngine: torch.compile of the decode step failed, decoding uncompiled "
+                              f"({self.compile_error})", RuntimeWarning)
+            else:
+                return
+        self._capture_graph()
+
+    def _capture_graph(self):
         saved = [t.clone() for t in (self.ids, self.pos, self.step_idx, self.out)]
         try:
             s = torch.cuda.Stream()
@@ -213,6 +247,8 @@ class StaticEngine:
         ttft = time.perf_counter() - t0
         if self.use_graph and self.graph is None and self.graph_error is None and max_new_tokens > 1:
             self._capture()
+        elif self.compile and not self.use_graph and self._decode_forward is None and self.compile_error is None:
+            self._decode_forward = torch.compile(self._forward, dynamic=False)
         t1 = time.perf_counter()
         for _ in range(max_new_tokens - 1):
             if self.graph is not None:
@@ -234,6 +270,7 @@ class StaticEngine:
                              lengths=lengths, ttft_s=ttft, decode_s=decode,
                              decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
                              graph=self.graph is not None, graph_error=self.graph_error,
+                             compiled=self._decode_forward is not None, compile_error=self.compile_error,
                              weight_bytes=model_bytes(self.model))
         avg_len = T + max_new_tokens / 2
         res.bytes_per_step = linear_weight_bytes(self.model) + kv_bytes_per_position(self.model, B) * avg_len

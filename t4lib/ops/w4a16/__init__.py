@@ -45,20 +45,25 @@ def _validate(x, w, max_ctas, gemv_range: bool) -> torch.Tensor:
     if x.device != w.device:
         raise ValueError(f"x is on {x.device} but w is on {w.device}")
     check_grid_cap("max_ctas", max_ctas)
+    return x.contiguous()
+
+
+def _aligned(x: torch.Tensor) -> torch.Tensor:
+    """x contiguous, copied when its address is not 16-byte aligned (the kernels read x with 16-byte loads)."""
     x = x.contiguous()
-    if x.is_cuda and x.data_ptr() % 16:  # the kernels read x with 16-byte loads
-        x = x.clone()
-    return x
+    return x.clone() if x.data_ptr() % 16 else x
 
 
-def _check_cuda_weight(w: QuantizedWeight) -> None:
-    check("w.qweight", w.qweight, contiguous=True, align=16)
-    check("w.scales", w.scales, contiguous=True)
+def _check_cuda_weight(qweight: torch.Tensor, scales: torch.Tensor) -> None:
+    check("w.qweight", qweight, contiguous=True, align=16)
+    check("w.scales", scales, contiguous=True)
 
 
 @torch.library.custom_op("t4lib::w4a16_gemv", mutates_args=())
 def _gemv_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
                max_ctas: int) -> torch.Tensor:
+    x = _aligned(x)
+    _check_cuda_weight(qweight, scales)  # here, where addresses exist (also under torch.compile)
     out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
     binding.gemv(x, qweight, scales, group_size, out, max_ctas)
     return out
@@ -72,6 +77,8 @@ def _(x, qweight, scales, group_size, max_ctas):
 @torch.library.custom_op("t4lib::w4a16_gemm", mutates_args=())
 def _gemm_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
                max_ctas: int) -> torch.Tensor:
+    x = _aligned(x)
+    _check_cuda_weight(qweight, scales)  # here, where addresses exist (also under torch.compile)
     out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
     if x.shape[0] > 0:
         binding.gemm(x, qweight, scales, group_size, out, max_ctas)
@@ -87,7 +94,6 @@ def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, ba
     """[M, K] fp16 (M = 1..8) @ W_deq[N, K]^T -> [M, N] fp16 (see module docstring)."""
     x = _validate(x, w, max_ctas, gemv_range=True)
     if use_cuda(backend, binding.FAMILY, x.device):
-        _check_cuda_weight(w)
         return _gemv_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
     return reference.gemv(x, w)
 
@@ -96,7 +102,6 @@ def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, ba
     """[M, K] fp16 (any M) @ W_deq[N, K]^T -> [M, N] fp16 on tensor cores (see module docstring)."""
     x = _validate(x, w, max_ctas, gemv_range=False)
     if use_cuda(backend, binding.FAMILY, x.device):
-        _check_cuda_weight(w)
         return _gemm_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
     return reference.gemm(x, w)
 

@@ -165,6 +165,11 @@ def _time(fn, reps=3):
     return sorted(ts)[len(ts) // 2]
 
 
+def _engine_meta(r) -> dict:
+    """How a StaticEngine result was decoded (graph, compiled, and why not)."""
+    return dict(graph=r.graph, graph_error=r.graph_error, compiled=r.compiled, compile_error=r.compile_error)
+
+
 def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: int = 16, hf_baseline: bool = True):
     """Figures for one model shape: HF static-cache generate (fp16) vs StaticEngine fp16 and W4A16."""
     from ...quant import quantize_model, weight_bytes
@@ -186,19 +191,25 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
     eng.generate(ids, 8)
     r16 = eng.generate(ids, new_tokens)
     figs.append(results.figure(f"{label}/engine_fp16/decode_tokens_per_s", r16.decode_tokens_per_s, "tokens/s",
-                               "MEASURED", SOURCE, env=env, graph=r16.graph, graph_error=r16.graph_error))
+                               "MEASURED", SOURCE, env=env, **_engine_meta(r16)))
     del eng
     quantize_model(m)  # RTN g128 on the GPU, lm_head and embeddings fp16
     q_bytes = weight_bytes(m)
     torch.cuda.empty_cache()
+    # The same engine without torch.compile: what fusing the elementwise work between the GEMVs buys.
+    plain = StaticEngine(m, max_len=prompt_len + new_tokens + 8, compile=False)
+    plain.generate(ids, 8)
+    r_plain = plain.generate(ids, new_tokens)
+    figs.append(results.figure(f"{label}/engine_w4a16_uncompiled/decode_tokens_per_s", r_plain.decode_tokens_per_s,
+                               "tokens/s", "MEASURED", SOURCE, env=env, **_engine_meta(r_plain)))
+    del plain
     eng = StaticEngine(m, max_len=prompt_len + new_tokens + 8)
     eng.generate(ids, 8)
     t_e2e = _time(lambda: eng.generate(ids, new_tokens))
     r = eng.generate(ids, new_tokens)
     figs += [
         results.figure(f"{label}/engine_w4a16/tokens_per_s", new_tokens / t_e2e, "tokens/s", "MEASURED", SOURCE,
-                       env=env, note="end to end like the HF figure (prefill + decode)", graph=r.graph,
-                       graph_error=r.graph_error),
+                       env=env, note="end to end like the HF figure (prefill + decode)", **_engine_meta(r)),
         results.figure(f"{label}/engine_w4a16/decode_tokens_per_s", r.decode_tokens_per_s, "tokens/s", "MEASURED",
                        SOURCE, env=env),
         results.figure(f"{label}/engine_w4a16/ttft", r.ttft_s * 1e3, "ms", "MEASURED", SOURCE, env=env,
