@@ -4,10 +4,24 @@
 
 using t4::gemv::ldg16;
 
-template <int R, int U, bool PIPE, bool RO, int MB>
+// XM: how x is read. 0 = from global as the library does (lane l: 16 B at 64 l + 16 j),
+// 1 = ablation: the same number of 16-byte global loads, contiguous across the warp (wrong values),
+// 2 = ablation: no x loads (a constant), 3 = x staged once per CTA in shared memory, 16-byte units
+// XOR-swizzled so a quarter-warp's reads hit 8 distinct bank groups (same values as 0).
+// NOSCALE: ablation, the scale multiply left out (wrong values).
+constexpr int kSmemX = 17408;  // halves of x that XM = 3 can stage (34 KB)
+
+__device__ __forceinline__ int swz(int u) { return u ^ ((u >> 3) & 3); }
+
+template <int R, int U, bool PIPE, bool RO, int MB, int XM = 0, bool NOSCALE = false>
 __global__ void __launch_bounds__(128, MB) lab_kernel(const uint8_t* __restrict__ qw, const half* __restrict__ sc,
                                                      const half* __restrict__ x, half* __restrict__ y, int N, int K) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  __shared__ uint4 xs[XM == 3 ? kSmemX / 8 : 1];
+  if (XM == 3) {
+    for (int u = threadIdx.x; u < K / 8; u += 128) xs[swz(u)] = ldg16(x + 8 * u);
+    __syncthreads();
+  }
   const int n_chunks = K / 32, n_groups = (N + R - 1) / R, n_tasks = (n_groups + 3) / 4;
   const long long rb = K / 2;
   for (int task = blockIdx.x; task < n_tasks; task += gridDim.x) {
@@ -32,14 +46,19 @@ __global__ void __launch_bounds__(128, MB) lab_kernel(const uint8_t* __restrict_
         for (int r = 0; r < R; ++r) qq[r] = reinterpret_cast<const uint32_t*>(&q[r]);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
-          const uint4 xv = ldg16(x + (long long)c * 32 + 8 * j);
+          uint4 xv;
+          if (XM == 0) xv = ldg16(x + (long long)c * 32 + 8 * j);
+          else if (XM == 1) xv = ldg16(x + (long long)(c - lane) * 32 + 8 * (lane + 32 * j));
+          else if (XM == 2) xv = make_uint4(0x3C003C00u, 0x3C003C00u, 0x3C003C00u, 0x3C003C00u);
+          else xv = xs[swz(4 * c + j)];
 #pragma unroll
           for (int r = 0; r < R; ++r) {
             half2 wv[4];
             t4::dequant_int4x8(qq[r][j], wv);
             const half2 s2 = __half2half2(s[r]);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) wv[i] = __hmul2(wv[i], s2);
+            if (!NOSCALE)
+              for (int i = 0; i < 4; ++i) wv[i] = __hmul2(wv[i], s2);
             acc[r] = t4::gemv::dot8(wv, xv, acc[r]);
           }
         }
@@ -97,16 +116,16 @@ __global__ void __launch_bounds__(128, MB) lab_kernel(const uint8_t* __restrict_
   }
 }
 
-template <int R, int U, bool PIPE, bool RO, int MB = 8>
+template <int R, int U, bool PIPE, bool RO, int MB = 8, int XM = 0, bool NOSCALE = false>
 static int go(const uint8_t* qw, const half* sc, const half* x, half* y, int N, int K, int persist, cudaStream_t st) {
   int dev = 0, sms = 1, per_sm = 1;
   cudaGetDevice(&dev);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lab_kernel<R, U, PIPE, RO, MB>, 128, 0);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, lab_kernel<R, U, PIPE, RO, MB, XM, NOSCALE>, 128, 0);
   const int n_tasks = ((N + R - 1) / R + 3) / 4;
   int grid = n_tasks;
   if (persist && grid > sms * per_sm) grid = sms * per_sm;
-  lab_kernel<R, U, PIPE, RO, MB><<<grid, 128, 0, st>>>(qw, sc, x, y, N, K);
+  lab_kernel<R, U, PIPE, RO, MB, XM, NOSCALE><<<grid, 128, 0, st>>>(qw, sc, x, y, N, K);
   return (int)cudaGetLastError();
 }
 
@@ -129,6 +148,12 @@ T4_API int lab_gemv(int variant, const void* qw, const void* sc, const void* x, 
     case 10: return go<4, 2, true, false, 4>(q, s, xx, yy, N, K, persist, st);
     case 11: return go<2, 4, false, false, 4>(q, s, xx, yy, N, K, persist, st);
     case 12: return go<4, 4, false, false, 4>(q, s, xx, yy, N, K, persist, st);
+    case 13: return go<2, 2, true, false, 4, 1>(q, s, xx, yy, N, K, persist, st);
+    case 14: return go<2, 2, true, false, 4, 2>(q, s, xx, yy, N, K, persist, st);
+    case 15: return K <= kSmemX ? go<2, 2, true, false, 4, 3>(q, s, xx, yy, N, K, persist, st) : 1;
+    case 16: return go<2, 2, true, false, 4, 0, true>(q, s, xx, yy, N, K, persist, st);
+    case 17: return K <= kSmemX ? go<4, 2, true, false, 4, 3>(q, s, xx, yy, N, K, persist, st) : 1;
+    case 18: return K <= kSmemX ? go<2, 4, false, false, 4, 3>(q, s, xx, yy, N, K, persist, st) : 1;
     default: return 1;
   }
 }

@@ -7,7 +7,9 @@ M = 1 tuning in kernels/w4a16.cu):
 Variants (gemv_lab.cu): R rows per warp, U chunks per load stage, "pipe" = two
 register stages, "mb4" = 4 CTAs/SM minimum (128 registers) instead of 8,
 "RO" = the same loads with no arithmetic (the read floor), p1/p0 = persistent
-or full grid. Outputs of every non-RO variant must equal the library's bit for bit.
+or full grid, "xsmem" = x staged in shared memory; "_ABL" variants leave a
+stage out or read x in the wrong order, to place the time by difference.
+Outputs of every other variant must equal the library's bit for bit.
 """
 import ctypes
 import json
@@ -31,10 +33,15 @@ subprocess.run(["nvcc", "-O3", "-std=c++17", "-cudart", "static", "--shared", "-
 lib = ctypes.CDLL(so)
 lib.lab_gemv.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
 V = {0: "R2U4", 1: "R4U2", 2: "R1U8", 3: "R2U2pipe", 4: "R4U1pipe", 5: "R1U4pipe", 6: "R2U4_RO", 7: "R2U2pipe_RO",
-     8: "R2U8mb4", 9: "R2U2pipe_mb4", 10: "R4U2pipe_mb4", 11: "R2U4mb4", 12: "R4U4mb4"}
+     8: "R2U8mb4", 9: "R2U2pipe_mb4", 10: "R4U2pipe_mb4", 11: "R2U4mb4", 12: "R4U4mb4",
+     13: "R2U2pipe_mb4_xcoalesced_ABL", 14: "R2U2pipe_mb4_noxload_ABL", 15: "R2U2pipe_mb4_xsmem",
+     16: "R2U2pipe_mb4_noscale_ABL", 17: "R4U2pipe_mb4_xsmem", 18: "R2U4mb4_xsmem"}
 RO = {6, 7}
+ABLATION = RO | {13, 14, 16}  # leave work out or read the wrong x: timed, not checked
 out = {"gemv": {}, "check": {}}
 shapes = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896)]
+if len(sys.argv) > 2:  # variant numbers to time (the library and baselines always run)
+    V = {v: n for v, n in V.items() if str(v) in sys.argv[2].split(",")}
 if len(sys.argv) > 1 and sys.argv[1] == "quick":
     shapes = shapes[:1]
 for K, N in shapes:
@@ -44,7 +51,7 @@ for K, N in shapes:
     ref = gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda")
     chk = {}
     for v in V:
-        if v in RO:
+        if v in ABLATION:
             continue
         for persist in (1, 0):
             y = torch.full((1, N), float("nan"), device="cuda", dtype=torch.float16)
