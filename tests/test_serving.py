@@ -86,38 +86,55 @@ def test_graph_decode_equals_eager(quant):
     if quant:
         quantize_model(m)
     ids = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(0))
-    g = StaticEngine(m, max_len=64, use_graph=True, compile=False).generate(ids, 20)
-    e = StaticEngine(m, max_len=64, use_graph=False).generate(ids, 20)
+    g = StaticEngine(m, max_len=64, use_graph=True, compile=False).generate(ids, 20, output_logits=True)
+    e = StaticEngine(m, max_len=64, use_graph=False).generate(ids, 20, output_logits=True)
     assert g.graph, g.graph_error
-    assert torch.equal(g.sequences, e.sequences)
+    agree_until_near_tie(e, g)  # cuBLAS may pick other algorithms under graph capture
     assert g.frac_copy_bw is not None and g.peak_mem_bytes > 0
     s1 = StaticEngine(m, max_len=64).generate(ids, 10, do_sample=True, seed=4)
     assert s1.graph and ((s1.new_tokens >= 0) & (s1.new_tokens < 256)).all()
 
 
-def _check_compiled_forward(m, ids):
-    """torch.compile of the model's forward agrees with the eager forward (Inductor keeps fused fp16
-    elementwise work in fp32, so not bit for bit: within 2% of the logits' range)."""
-    want = m(input_ids=ids).logits.float()
-    got = torch.compile(lambda i: m(input_ids=i).logits, dynamic=False)(ids).float()
-    assert (got - want).abs().max() <= 2e-2 * want.abs().max()
+def agree_until_near_tie(a, b, rel=2e-2):
+    """Two decodes of one model by different kernels (a and b, with output_logits=True) agree: the
+    logits each step was chosen from are within ``rel`` of the logits' range while the tokens so far
+    are the same, and where the tokens first differ the two choices were a near-tie (their logits
+    in ``a`` within twice that). fp16 arithmetic in another order (Inductor's fusion, another GEMV
+    split, cuBLAS under graph capture) may flip a near-tie, after which the sequences part ways."""
+    tol = rel * a.logits.abs().max()
+    for row in range(a.new_tokens.shape[0]):
+        ta, tb = a.new_tokens[row], b.new_tokens[row]
+        diff = (ta != tb).nonzero()
+        n = int(diff[0]) if len(diff) else len(ta) - 1
+        assert (a.logits[row, :n + 1] - b.logits[row, :n + 1]).abs().max() <= tol
+        if len(diff):
+            assert abs(a.logits[row, n, ta[n]] - a.logits[row, n, tb[n]]) <= 2 * tol
+
+
+def test_output_logits_are_the_choices():
+    m = tiny(seed=5, init=0.5)
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
+    r = StaticEngine(m, max_len=64).generate(ids, 10, output_logits=True)
+    assert r.logits.shape == (2, 10, 256) and torch.equal(r.logits.argmax(-1), r.new_tokens)
+    assert torch.allclose(r.logits[:, 0], m(ids).logits[:, -1], atol=1e-4)
+    assert StaticEngine(m, max_len=64).generate(ids, 3).logits is None
+    agree_until_near_tie(r, StaticEngine(m, max_len=64, compile=True).generate(ids, 10, output_logits=True))
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("quant", [False, True])
 def test_compiled_graph_decode(quant):
-    """The default CUDA engine compiles the step, then captures it: the graph replays exactly what the
-    compiled step computes, and the compiled forward agrees with the eager one."""
+    """The default CUDA engine (compiled step, captured graph) against eager decoding: same logits
+    within tolerance while the tokens agree, and they part only at a near-tie."""
     m = tiny(seed=6, dtype=torch.float16, init=0.5).cuda()
     if quant:
         quantize_model(m)
     ids = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(0))
-    g = StaticEngine(m, max_len=64).generate(ids, 20)
-    c = StaticEngine(m, max_len=64, use_graph=False, compile=True).generate(ids, 20)
-    assert g.graph and g.compiled and c.compiled and not c.graph, (g.graph_error, g.compile_error)
-    assert len(set(c.new_tokens[0].tolist())) > 3
-    assert torch.equal(g.sequences, c.sequences)
-    _check_compiled_forward(m, ids.cuda())
+    g = StaticEngine(m, max_len=64).generate(ids, 20, output_logits=True)
+    e = StaticEngine(m, max_len=64, use_graph=False, compile=False).generate(ids, 20, output_logits=True)
+    assert g.graph and g.compiled, (g.graph_error, g.compile_error)
+    assert len(set(e.new_tokens[0].tolist())) > 3
+    agree_until_near_tie(e, g)
 
 
 @pytest.mark.gpu
@@ -206,13 +223,9 @@ def test_fused_compiled_graph_decode():
     from t4lib.serving import fuse_projections
 
     m = quantize_model(tiny(seed=6, dtype=torch.float16, init=0.5).cuda())
-    ids = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(0)).cuda()
-    want = m(input_ids=ids).logits.float()
+    ids = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(0))
+    e = StaticEngine(m, max_len=64, use_graph=False, compile=False).generate(ids, 20, output_logits=True)
     fuse_projections(m)
-    # the stacked GEMVs may split K differently (fp32 summation order): within the kernels' tolerance
-    assert (m(input_ids=ids).logits.float() - want).abs().max() <= 2e-2 * want.abs().max()
-    g = StaticEngine(m, max_len=64).generate(ids, 20)
-    c = StaticEngine(m, max_len=64, use_graph=False, compile=True).generate(ids, 20)
+    g = StaticEngine(m, max_len=64).generate(ids, 20, output_logits=True)
     assert g.graph and g.compiled, (g.graph_error, g.compile_error)
-    assert torch.equal(g.sequences, c.sequences)
-    _check_compiled_forward(m, ids)
+    agree_until_near_tie(e, g)

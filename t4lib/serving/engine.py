@@ -17,7 +17,9 @@ Works for any HF causal LM whose forward accepts ``past_key_values``,
 ``cache_position`` and ``position_ids`` (Qwen2, Llama, Mistral, ...), with
 ``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers. Decoding always runs
 ``max_new_tokens`` steps; tokens after an ``eos_token_id`` are cut from the
-returned ``sequences`` per row (``lengths``).
+returned ``sequences`` per row (``lengths``). ``output_logits=True`` also
+returns the logits each token was chosen from (``logits [B, new, V]`` fp32,
+recorded on the device inside the graph).
 
 Reported per call (:class:`GenerateResult`): time to first token (prefill +
 first choice), decode tokens/s (tokens after the first / decode time), weight
@@ -53,6 +55,7 @@ class GenerateResult:
     graph_error: str | None = None
     compiled: bool = False
     compile_error: str | None = None
+    logits: torch.Tensor | None = None   # [B, new, V] fp32 (CPU) with output_logits=True: the scores of each choice
     weight_bytes: int = 0
     peak_mem_bytes: int | None = None
     bytes_per_step: float = 0.0
@@ -131,10 +134,10 @@ class StaticEngine:
         self._logits_to_keep = True  # whether the model's forward takes logits_to_keep
 
     # ------------------------------------------------------------------ setup
-    def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, n_out: int):
+    def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, output_logits: bool):
         from transformers import StaticCache
 
-        key = (B, do_sample, temperature, top_k)
+        key = (B, do_sample, temperature, top_k, output_logits)
         if self._key != key:
             self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
             dev = self.device
@@ -144,6 +147,7 @@ class StaticEngine:
             self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
             self.graph, self.graph_error, self._key = None, None, key
             self._sel = (do_sample, temperature, top_k)
+            self.scores = None  # [B, max_len, V] fp32, allocated at the first prefill when output_logits
         else:
             self.cache.reset()
 
@@ -164,6 +168,8 @@ class StaticEngine:
         """One decode step on the static buffers (what the graph captures)."""
         fwd = self._decode_forward if self._decode_forward is not None else self._forward
         logits = fwd(self.ids, self.pos)
+        if self.scores is not None:
+            self.scores.index_copy_(1, self.step_idx, logits[:, -1:].float())
         nxt = _select(logits[:, -1], *self._sel)
         self.ids.copy_(nxt[:, None])
         self.out.index_copy_(1, self.step_idx, nxt[:, None])
@@ -211,7 +217,7 @@ class StaticEngine:
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, seed: int | None = None,
-                 eos_token_id: int | None = None) -> GenerateResult:
+                 eos_token_id: int | None = None, output_logits: bool = False) -> GenerateResult:
         """Decode ``max_new_tokens`` tokens after ``input_ids [B, T]`` (see module docstring)."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"input_ids must be an integer tensor, got "
@@ -228,7 +234,7 @@ class StaticEngine:
         if do_sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
         cuda = self.device.type == "cuda"
-        self._setup(B, bool(do_sample), float(temperature), int(top_k), max_new_tokens)
+        self._setup(B, bool(do_sample), float(temperature), int(top_k), bool(output_logits))
         if seed is not None:
             torch.manual_seed(seed)
         ids = input_ids.to(self.device, torch.long)
@@ -237,6 +243,10 @@ class StaticEngine:
             torch.cuda.reset_peak_memory_stats(self.device)
         t0 = time.perf_counter()
         logits = self._forward(ids, torch.arange(T, device=self.device))
+        if output_logits:
+            if self.scores is None:
+                self.scores = torch.zeros(B, self.max_len, logits.shape[-1], device=self.device)
+            self.scores[:, 0] = logits[:, -1].float()
         first = _select(logits[:, -1], *self._sel)
         self.ids.copy_(first[:, None])
         self.out[:, 0] = first
@@ -271,6 +281,7 @@ class StaticEngine:
                              decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
                              graph=self.graph is not None, graph_error=self.graph_error,
                              compiled=self._decode_forward is not None, compile_error=self.compile_error,
+                             logits=self.scores[:, :max_new_tokens].cpu() if output_logits else None,
                              weight_bytes=model_bytes(self.model))
         avg_len = T + max_new_tokens / 2
         res.bytes_per_step = linear_weight_bytes(self.model) + kv_bytes_per_position(self.model, B) * avg_len
