@@ -229,3 +229,30 @@ def test_fused_compiled_graph_decode():
     g = StaticEngine(m, max_len=64).generate(ids, 20, output_logits=True)
     assert g.graph and g.compiled, (g.graph_error, g.compile_error)
     agree_until_near_tie(e, g)
+
+
+@pytest.mark.parametrize("restore_counters", [True, False])
+def test_warm_up_leaves_the_cache_where_it_was(restore_counters, monkeypatch):
+    """Graph capture first runs the step twice (compile, load kernels). transformers' StaticLayer writes
+    K/V at its own position counter, so the warm-up must restore it: otherwise every captured step
+    writes K/V two slots ahead of its position and attends to the warm-up's copies (the negative
+    control shows the logits then change)."""
+    m = tiny(seed=5, init=0.5)
+    ids = torch.randint(0, 256, (1, 7), generator=torch.Generator().manual_seed(0))
+    want = StaticEngine(m, max_len=64).generate(ids, 10, output_logits=True)
+    eng = StaticEngine(m, max_len=64)
+    if not restore_counters:
+        monkeypatch.setattr(eng, "_cache_counters", lambda: ([], {}))
+    plain_step = eng._step
+
+    def warm_up_then_step():  # what capture does before the first decode step
+        eng._step = plain_step
+        eng._warm_up()
+        plain_step()
+
+    eng._step = warm_up_then_step
+    got = eng.generate(ids, 10, output_logits=True)
+    if restore_counters:
+        assert torch.equal(got.logits, want.logits)
+    else:
+        assert not torch.allclose(got.logits, want.logits, atol=1e-3)

@@ -190,19 +190,53 @@ class StaticEngine:
                 return
         self._capture_graph()
 
+    def _cache_counters(self) -> tuple[list[torch.Tensor], dict]:
+        """Where the cache keeps its own position besides the K/V tensors: transformers' StaticLayer
+        writes each step's K/V at its ``cumulative_length`` (a device tensor it advances in place),
+        not at the ``cache_position`` passed in. Returns those integer tensors, and the host-side
+        integer counters (which a CUDA graph would freeze) as {(layer index, name): value}."""
+        tensors, host = [], {}
+        for i, layer in enumerate(getattr(self.cache, "layers", [])):
+            for name, v in vars(layer).items():
+                if name in ("keys", "values"):
+                    continue
+                if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_floating_point():
+                    tensors.append(v)
+                elif isinstance(v, int) and not isinstance(v, bool) and "length" in name:
+                    host[(i, name)] = v
+        return tensors, host
+
+    def _warm_up(self, steps: int = 2) -> None:
+        """Run the step ``steps`` times (compiling it, loading kernels) and leave every buffer, the
+        cache's position counters included, as it was: the captured step then starts from the state
+        the eager step would see. Raises if the cache keeps a host-side counter that a step advances."""
+        counters, host = self._cache_counters()
+        bufs = [self.ids, self.pos, self.step_idx, self.out, *counters]
+        saved = [t.clone() for t in bufs]
+        try:
+            for _ in range(steps):
+                self._step()
+                if self._cache_counters()[1] != host:
+                    raise RuntimeError("the cache advances a host-side position counter each step "
+                                       f"({sorted(name for _, name in host)}), which a CUDA graph would freeze")
+                for t, v in zip(bufs, saved):
+                    t.copy_(v)
+        finally:
+            for t, v in zip(bufs, saved):
+                t.copy_(v)
+            for (i, name), v in host.items():
+                setattr(self.cache.layers[i], name, v)
+
     def _capture_graph(self):
-        saved = [t.clone() for t in (self.ids, self.pos, self.step_idx, self.out)]
+        counters, _ = self._cache_counters()
+        bufs = [self.ids, self.pos, self.step_idx, self.out, *counters]
+        saved = [t.clone() for t in bufs]
         try:
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):  # warm-up: rewrites the KV slot at pos with the same values
-                for _ in range(2):
-                    for t, v in zip((self.ids, self.pos, self.step_idx, self.out), saved):
-                        t.copy_(v)
-                    self._step()
+            with torch.cuda.stream(s):  # rewrites the K/V slot at pos with the values the real step writes
+                self._warm_up()
             torch.cuda.current_stream().wait_stream(s)
-            for t, v in zip((self.ids, self.pos, self.step_idx, self.out), saved):
-                t.copy_(v)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 self._step()
@@ -210,7 +244,7 @@ class StaticEngine:
         except Exception as e:  # capture-unsafe model code: decode eagerly and say so
             self.graph, self.graph_error = None, f"{type(e).__name__}: {e}"
             torch.cuda.synchronize()
-        for t, v in zip((self.ids, self.pos, self.step_idx, self.out), saved):
+        for t, v in zip(bufs, saved):  # capturing runs nothing, but a failed warm-up may have
             t.copy_(v)
 
     # ------------------------------------------------------------------ generate
