@@ -126,7 +126,7 @@ class StaticEngine:
         if compile is not None and not isinstance(compile, bool):
             raise TypeError(f"compile must be a bool or None, got {type(compile).__name__}")
         self.compile = self.use_graph if compile is None else compile
-        self._key = None      # (batch, do_sample, temperature, top_k) the buffers/graph were built for
+        self._key = None      # (batch, do_sample, temperature, top_k, output_logits) the buffers/graph were built for
         self.graph = None
         self.graph_error = None
         self.compile_error = None
