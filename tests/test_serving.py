@@ -256,3 +256,19 @@ def test_warm_up_leaves_the_cache_where_it_was(restore_counters, monkeypatch):
         assert torch.equal(got.logits, want.logits)
     else:
         assert not torch.allclose(got.logits, want.logits, atol=1e-3)
+
+
+def test_fused_model_must_be_unfused_before_saving(tmp_path):
+    from t4lib.quant import load_quantized, save_quantized
+    from t4lib.serving import fuse_projections, unfuse_projections
+
+    m = quantize_model(tiny(seed=5, init=0.5))
+    ids = torch.tensor([[1, 2, 3, 4]])
+    want = m(ids).logits
+    fuse_projections(m)
+    with pytest.raises(ValueError, match="unfuse_projections"):
+        save_quantized(m, tmp_path / "q")
+    assert not (tmp_path / "q" / "model.safetensors").exists()
+    unfuse_projections(m)
+    back = load_quantized(save_quantized(m, tmp_path / "q"), dtype=torch.float32)
+    assert torch.allclose(back(ids).logits, want, atol=1e-5)

@@ -183,6 +183,11 @@ def save_quantized(model: nn.Module, path: str | Path) -> Path:
     pol = getattr(model, "t4lib_quant_policy", None)
     if pol is None:
         raise ValueError("model was not quantized with t4lib.quant.quantize_model (no t4lib_quant_policy)")
+    from ..serving.fuse import FusedProjection
+
+    if any(isinstance(m, FusedProjection) for m in model.modules()):
+        raise ValueError("model has fused projections, which load_quantized would not find by their names; "
+                         "call t4lib.serving.unfuse_projections(model) before saving")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "config") and hasattr(model.config, "save_pretrained"):

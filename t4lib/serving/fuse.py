@@ -17,7 +17,7 @@ output count, so the fp32 summation order of a row can change. The memo relies o
 the same tensor object and not modifying it in place between the calls, which
 holds for the attention and MLP blocks of Llama, Qwen2/3 and Mistral; a group
 whose members read different inputs just computes the product once per member.
-:func:`unfuse_projections` restores separate layers (before saving a model).
+:func:`unfuse_projections` restores separate layers; ``save_quantized`` refuses a fused model.
 """
 from __future__ import annotations
 
