@@ -1,4 +1,6 @@
 """StaticEngine: same tokens as Hugging Face generate (CPU), graph decoding equals eager (GPU)."""
+import warnings
+
 import pytest
 import torch
 
@@ -272,3 +274,26 @@ def test_fused_model_must_be_unfused_before_saving(tmp_path):
     unfuse_projections(m)
     back = load_quantized(save_quantized(m, tmp_path / "q"), dtype=torch.float32)
     assert torch.allclose(back(ids).logits, want, atol=1e-5)
+
+
+def test_engine_reports_a_step_dynamo_ran_uncompiled(monkeypatch):
+    """Past dynamo's recompile limit torch.compile runs the function as plain Python, silently; the
+    engine notices (its step never ran as compiled code) and says so instead of reporting compiled."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch._dynamo.reset()
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    ids = torch.tensor([[1, 2, 3]])
+    results = []
+    for layers in (1, 2):  # another layer count fails a guard: a recompile, past the limit of 1
+        torch.manual_seed(0)
+        m = Qwen2ForCausalLM(Qwen2Config(vocab_size=64, hidden_size=32, intermediate_size=64,
+                                         num_hidden_layers=layers, num_attention_heads=2, num_key_value_heads=1))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            results.append((StaticEngine(m.eval(), max_len=16, compile=True).generate(ids, 4), caught))
+    (first, _), (second, caught) = results
+    assert first.compiled and first.compile_error is None
+    assert not second.compiled and "recompile limit" in second.compile_error
+    assert any("recompile limit" in str(w.message) for w in caught)
+    torch._dynamo.reset()

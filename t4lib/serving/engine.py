@@ -12,7 +12,8 @@ between the matrix products (RMSNorm, rotary embedding, SiLU-gating, residual
 adds) is fused into a few kernels, and our graph captures the fused step. A
 batch-1 decode step of a small model is bound by the number of kernels, not
 by bytes, so this is where most of its time goes. If compilation fails, the
-engine captures the uncompiled step and says why in ``compile_error``.
+engine captures the uncompiled step and says why in ``compile_error``; it also
+says so when dynamo ran the step as plain Python (past its recompile limit).
 Works for any HF causal LM whose forward accepts ``past_key_values``,
 ``cache_position`` and ``position_ids`` (Qwen2, Llama, Mistral, ...), with
 ``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers. Decoding always runs
@@ -132,6 +133,7 @@ class StaticEngine:
         self.compile_error = None
         self._decode_forward = None  # the compiled decode forward, once built
         self._logits_to_keep = True  # whether the model's forward takes logits_to_keep
+        self._ran_compiled = False   # whether the decode step has run as compiled code
 
     # ------------------------------------------------------------------ setup
     def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, output_logits: bool):
@@ -155,6 +157,10 @@ class StaticEngine:
         """Logits of the last position [B, 1, V]."""
         B = ids.shape[0]
         pos_ids = cache_position.view(1, -1).expand(B, -1)
+        if torch.compiler.is_compiling():
+            # Replayed by every call of the compiled code; never set when dynamo runs this frame eagerly
+            # (e.g. after its recompile limit), so the engine can tell compiled from merely wrapped.
+            self._ran_compiled = True
         kw = dict(input_ids=ids, past_key_values=self.cache, cache_position=cache_position, position_ids=pos_ids,
                   use_cache=True)
         if self._logits_to_keep:
@@ -302,6 +308,11 @@ class StaticEngine:
         if cuda:
             torch.cuda.synchronize()
         decode = time.perf_counter() - t1
+        if self._decode_forward is not None and not self._ran_compiled and self.compile_error is None \
+                and max_new_tokens > 1:
+            self.compile_error = ("torch.compile ran the decode step uncompiled (dynamo's recompile limit for "
+                                  "StaticEngine._forward reached? see torch._dynamo.config.recompile_limit)")
+            warnings.warn(f"StaticEngine: {self.compile_error}", RuntimeWarning)
         new = self.out[:, :max_new_tokens].cpu()
         lengths = [max_new_tokens] * B
         if eos_token_id is not None:
@@ -314,7 +325,8 @@ class StaticEngine:
                              lengths=lengths, ttft_s=ttft, decode_s=decode,
                              decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
                              graph=self.graph is not None, graph_error=self.graph_error,
-                             compiled=self._decode_forward is not None, compile_error=self.compile_error,
+                             compiled=self._decode_forward is not None and self._ran_compiled,
+                             compile_error=self.compile_error,
                              logits=self.scores[:, :max_new_tokens].cpu() if output_logits else None,
                              weight_bytes=model_bytes(self.model))
         avg_len = T + max_new_tokens / 2
