@@ -33,8 +33,7 @@ def check(name: str, t, *, dtype=None, ndim: int | None = None, device: torch.de
         raise ValueError(f"{name} must be on {device}, got {t.device}")
     if contiguous and not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (got strides {t.stride()}); call .contiguous()")
-    # Under torch.compile tensors have no addresses yet; the custom op's body checks again when it runs.
-    if align and t.is_cuda and not torch.compiler.is_compiling() and t.data_ptr() % align:
+    if align and t.is_cuda and t.data_ptr() % align:
         raise ValueError(f"{name} must be {align}-byte aligned (data_ptr % {align} = {t.data_ptr() % align})")
 
 

@@ -32,7 +32,7 @@ GEMV_MAX_M = 8
 MATMUL_GEMV_MAX_M = 4
 
 
-def _validate(x, w, max_ctas, gemv_range: bool) -> torch.Tensor:
+def _validate(x, w, max_ctas, gemv_range: bool) -> None:
     if not isinstance(w, QuantizedWeight):
         raise TypeError(f"w must be a t4lib.quant.w4a16.QuantizedWeight, got {type(w).__name__}")
     w.validate()
@@ -45,7 +45,6 @@ def _validate(x, w, max_ctas, gemv_range: bool) -> torch.Tensor:
     if x.device != w.device:
         raise ValueError(f"x is on {x.device} but w is on {w.device}")
     check_grid_cap("max_ctas", max_ctas)
-    return x.contiguous()
 
 
 def _aligned(x: torch.Tensor) -> torch.Tensor:
@@ -63,7 +62,7 @@ def _check_cuda_weight(qweight: torch.Tensor, scales: torch.Tensor) -> None:
 def _gemv_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
                max_ctas: int) -> torch.Tensor:
     x = _aligned(x)
-    _check_cuda_weight(qweight, scales)  # here, where addresses exist (also under torch.compile)
+    _check_cuda_weight(qweight, scales)  # in the op's body: under torch.compile only it sees real addresses
     out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
     binding.gemv(x, qweight, scales, group_size, out, max_ctas)
     return out
@@ -78,7 +77,7 @@ def _(x, qweight, scales, group_size, max_ctas):
 def _gemm_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
                max_ctas: int) -> torch.Tensor:
     x = _aligned(x)
-    _check_cuda_weight(qweight, scales)  # here, where addresses exist (also under torch.compile)
+    _check_cuda_weight(qweight, scales)
     out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
     if x.shape[0] > 0:
         binding.gemm(x, qweight, scales, group_size, out, max_ctas)
@@ -92,7 +91,7 @@ def _(x, qweight, scales, group_size, max_ctas):
 
 def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
     """[M, K] fp16 (M = 1..8) @ W_deq[N, K]^T -> [M, N] fp16 (see module docstring)."""
-    x = _validate(x, w, max_ctas, gemv_range=True)
+    _validate(x, w, max_ctas, gemv_range=True)
     if use_cuda(backend, binding.FAMILY, x.device):
         return _gemv_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
     return reference.gemv(x, w)
@@ -100,7 +99,7 @@ def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, ba
 
 def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
     """[M, K] fp16 (any M) @ W_deq[N, K]^T -> [M, N] fp16 on tensor cores (see module docstring)."""
-    x = _validate(x, w, max_ctas, gemv_range=False)
+    _validate(x, w, max_ctas, gemv_range=False)
     if use_cuda(backend, binding.FAMILY, x.device):
         return _gemm_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
     return reference.gemm(x, w)
