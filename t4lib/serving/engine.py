@@ -219,24 +219,25 @@ class StaticEngine:
         counters, host = self._cache_counters()
         bufs = [self.ids, self.pos, self.step_idx, self.out, *counters]
         saved = [t.clone() for t in bufs]
-        try:
-            for _ in range(steps):
-                self._step()
-                if self._cache_counters()[1] != host:
-                    raise RuntimeError("the cache advances a host-side position counter each step "
-                                       f"({sorted(name for _, name in host)}), which a CUDA graph would freeze")
-                for t, v in zip(bufs, saved):
-                    t.copy_(v)
-        finally:
+
+        def restore():
             for t, v in zip(bufs, saved):
                 t.copy_(v)
             for (i, name), v in host.items():
                 setattr(self.cache.layers[i], name, v)
 
+        try:
+            for i in range(steps):
+                if i:
+                    restore()
+                self._step()
+                if self._cache_counters()[1] != host:
+                    raise RuntimeError("the cache advances a host-side position counter each step "
+                                       f"({sorted(name for _, name in host)}), which a CUDA graph would freeze")
+        finally:
+            restore()
+
     def _capture_graph(self):
-        counters, _ = self._cache_counters()
-        bufs = [self.ids, self.pos, self.step_idx, self.out, *counters]
-        saved = [t.clone() for t in bufs]
         try:
             s = torch.cuda.Stream()
             s.wait_stream(torch.cuda.current_stream())
@@ -244,14 +245,12 @@ class StaticEngine:
                 self._warm_up()
             torch.cuda.current_stream().wait_stream(s)
             g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
+            with torch.cuda.graph(g):  # records the step; runs nothing, so no buffer changes
                 self._step()
             self.graph = g
         except Exception as e:  # capture-unsafe model code: decode eagerly and say so
             self.graph, self.graph_error = None, f"{type(e).__name__}: {e}"
             torch.cuda.synchronize()
-        for t, v in zip(bufs, saved):  # capturing runs nothing, but a failed warm-up may have
-            t.copy_(v)
 
     # ------------------------------------------------------------------ generate
     @torch.no_grad()
