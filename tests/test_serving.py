@@ -297,3 +297,17 @@ def test_engine_reports_a_step_dynamo_ran_uncompiled(monkeypatch):
     assert not second.compiled and "recompile limit" in second.compile_error
     assert any("recompile limit" in str(w.message) for w in caught)
     torch._dynamo.reset()
+
+
+def test_unfuse_restores_members_without_bias():
+    from t4lib.serving import fuse_projections, unfuse_projections
+
+    m = tiny(seed=5, init=0.5)
+    m.model.layers[0].self_attn.k_proj.bias = None  # q and v keep theirs: the stacked bias has zeros for k
+    ids = torch.tensor([[1, 2, 3, 4]])
+    want, keys = m(ids).logits, set(m.state_dict())
+    fuse_projections(m)
+    assert torch.allclose(m(ids).logits, want, atol=1e-5)
+    unfuse_projections(m)
+    assert set(m.state_dict()) == keys and m.model.layers[0].self_attn.k_proj.bias is None
+    assert torch.allclose(m(ids).logits, want, atol=1e-5)

@@ -21,10 +21,13 @@ whose members read different inputs just computes the product once per member.
 """
 from __future__ import annotations
 
+from itertools import accumulate
+
 import torch
 from torch import nn
 
 from ..quant.linear import QuantLinear
+from ..quant.w4a16 import QuantizedWeight
 
 GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
@@ -32,13 +35,11 @@ GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_pro
 class FusedProjection(nn.Module):
     """The stacked layer of one group and the memo its slices share."""
 
-    def __init__(self, inner: nn.Module, names: tuple[str, ...], sizes: list[int]):
+    def __init__(self, inner: nn.Module, names: tuple[str, ...], sizes: list[int], has_bias: list[bool]):
         super().__init__()
         self.inner = inner
-        self.names = names
-        self.offsets = [0]
-        for s in sizes:
-            self.offsets.append(self.offsets[-1] + s)
+        self.names, self.sizes, self.has_bias = names, sizes, has_bias  # has_bias: for unfuse_projections
+        self.offsets = list(accumulate(sizes, initial=0))
         self._memo = None  # [input, output, slices served]
 
     def output_for(self, x: torch.Tensor, index: int) -> torch.Tensor:
@@ -51,7 +52,7 @@ class FusedProjection(nn.Module):
         return memo[1][..., self.offsets[index]:self.offsets[index + 1]]
 
     def extra_repr(self) -> str:
-        return f"members={self.names}, out_features={self.offsets[1:]}"
+        return f"members={self.names}, out_features={self.sizes}"
 
 
 class ProjectionSlice(nn.Module):
@@ -69,38 +70,36 @@ class ProjectionSlice(nn.Module):
         return f"{self.fused.names[self.index]} of the fused projection, out_features={self.out_features}"
 
 
-def _stack(members: list[nn.Module]) -> nn.Module | None:
-    """One layer with the rows of all members, or None when they cannot be stacked."""
+def _rows(m: nn.Module) -> list[torch.Tensor]:
+    """The tensors of a layer that are indexed by output row (stacked along dim 0)."""
+    return [m.qweight, m.scales] if isinstance(m, QuantLinear) else [m.weight]
+
+
+def _layer_like(template: nn.Module, rows: list[torch.Tensor], bias: torch.Tensor | None) -> nn.Module:
+    """A layer of ``template``'s kind and input size holding ``rows`` (see :func:`_rows`) and ``bias``."""
+    if isinstance(template, QuantLinear):
+        qweight, scales = rows
+        m = QuantLinear.from_quantized(QuantizedWeight(qweight, scales, qweight.shape[0], template.in_features,
+                                                       template.group_size), bias)
+        m.max_ctas, m.backend = template.max_ctas, template.backend
+        return m
+    w = rows[0]
+    m = nn.Linear(template.in_features, w.shape[0], bias is not None, device=w.device, dtype=w.dtype)
+    m.weight.copy_(w)
+    if bias is not None:
+        m.bias.copy_(bias)
+    return m
+
+
+def _stackable(members: list[nn.Module]) -> bool:
     first = members[0]
-    has_bias = [m.bias is not None for m in members]
     if isinstance(first, QuantLinear):
-        if not all(isinstance(m, QuantLinear) and m.in_features == first.in_features
+        return all(isinstance(m, QuantLinear) and m.in_features == first.in_features
                    and m.group_size == first.group_size and m.qweight.device == first.qweight.device
-                   for m in members):
-            return None
-        out = QuantLinear(first.in_features, sum(m.out_features for m in members), any(has_bias),
-                          first.group_size, device=first.qweight.device)
-        out.qweight.copy_(torch.cat([m.qweight for m in members]))
-        out.scales.copy_(torch.cat([m.scales for m in members]))
-        out.max_ctas, out.backend = first.max_ctas, first.backend
-    elif type(first) is nn.Linear:
-        w = first.weight
-        if not all(type(m) is nn.Linear and m.in_features == first.in_features and m.weight.dtype == w.dtype
-                   and m.weight.device == w.device for m in members):
-            return None
-        out = nn.Linear(first.in_features, sum(m.out_features for m in members), any(has_bias),
-                        device=w.device, dtype=w.dtype)
-        with torch.no_grad():
-            out.weight.copy_(torch.cat([m.weight for m in members]))
-    else:
-        return None
-    if any(has_bias):
-        with torch.no_grad():
-            out.bias.copy_(torch.cat([m.bias.to(out.bias.dtype) if m.bias is not None
-                                      else torch.zeros(m.out_features, dtype=out.bias.dtype, device=out.bias.device)
-                                      for m in members]))
-    out.requires_grad_(False)
-    return out
+                   for m in members)
+    return type(first) is nn.Linear and all(
+        type(m) is nn.Linear and m.in_features == first.in_features and m.weight.dtype == first.weight.dtype
+        and m.weight.device == first.weight.device for m in members)
 
 
 @torch.no_grad()
@@ -121,10 +120,18 @@ def fuse_projections(model: nn.Module) -> int:
             if hasattr(parent, fused_name):
                 raise ValueError(f"{type(parent).__name__} already has an attribute {fused_name!r}; "
                                  "cannot register the fused projection under that name")
-            stacked = _stack(members)
-            if stacked is None:
+            if not _stackable(members):
                 continue
-            fused = FusedProjection(stacked, names, [m.out_features for m in members])
+            has_bias = [m.bias is not None for m in members]
+            bias = None
+            if any(has_bias):  # members without one get zeros in the stacked bias
+                dtype = torch.float16 if isinstance(members[0], QuantLinear) else members[0].weight.dtype
+                bias = torch.cat([m.bias.to(dtype) if m.bias is not None else
+                                  torch.zeros(m.out_features, dtype=dtype, device=_rows(m)[0].device)
+                                  for m in members])
+            stacked = _layer_like(members[0], [torch.cat(ts) for ts in zip(*map(_rows, members))], bias)
+            fused = FusedProjection(stacked.requires_grad_(False), names, [m.out_features for m in members],
+                                    has_bias)
             setattr(parent, fused_name, fused)
             for i, (name, m) in enumerate(zip(names, members)):
                 setattr(parent, name, ProjectionSlice(fused, i, m.in_features, m.out_features))
@@ -144,20 +151,8 @@ def unfuse_projections(model: nn.Module) -> int:
             inner = fused.inner
             for i, name in enumerate(fused.names):
                 lo, hi = fused.offsets[i], fused.offsets[i + 1]
-                bias = inner.bias[lo:hi] if inner.bias is not None else None
-                if isinstance(inner, QuantLinear):
-                    m = QuantLinear(inner.in_features, hi - lo, bias is not None, inner.group_size,
-                                    device=inner.qweight.device)
-                    m.qweight.copy_(inner.qweight[lo:hi])
-                    m.scales.copy_(inner.scales[lo:hi])
-                    m.max_ctas, m.backend = inner.max_ctas, inner.backend
-                else:
-                    m = nn.Linear(inner.in_features, hi - lo, bias is not None, device=inner.weight.device,
-                                  dtype=inner.weight.dtype)
-                    m.weight.copy_(inner.weight[lo:hi])
-                if bias is not None:
-                    m.bias.copy_(bias)
-                setattr(parent, name, m)
+                bias = inner.bias[lo:hi] if fused.has_bias[i] else None
+                setattr(parent, name, _layer_like(inner, [t[lo:hi] for t in _rows(inner)], bias))
             delattr(parent, fused_name)
             n += 1
     return n
