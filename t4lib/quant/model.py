@@ -183,11 +183,13 @@ def save_quantized(model: nn.Module, path: str | Path) -> Path:
     pol = getattr(model, "t4lib_quant_policy", None)
     if pol is None:
         raise ValueError("model was not quantized with t4lib.quant.quantize_model (no t4lib_quant_policy)")
-    from ..serving.fuse import FusedProjection
-
-    if any(isinstance(m, FusedProjection) for m in model.modules()):
-        raise ValueError("model has fused projections, which load_quantized would not find by their names; "
-                         "call t4lib.serving.unfuse_projections(model) before saving")
+    # load_quantized finds the layers by the policy's names: refuse a model whose layers moved
+    # (e.g. stacked by t4lib.serving.fuse_projections) rather than write a file it cannot load.
+    mods = dict(model.named_modules())
+    moved = [n for n in pol if not isinstance(mods.get(n), (nn.Linear, QuantLinear))]
+    if moved:
+        raise ValueError(f"the policy's layers {moved[:3]} are no longer Linear/QuantLinear modules of the model; "
+                         "if its projections are fused, call t4lib.serving.unfuse_projections(model) before saving")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     if hasattr(model, "config") and hasattr(model.config, "save_pretrained"):
