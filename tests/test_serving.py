@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from t4lib.quant import quantize_model
-from t4lib.serving import StaticEngine, hf_generate
+from t4lib.serving import (FusedProjection, StaticEngine, fuse_projections, hf_generate,
+                           unfuse_projections)
 
 
 def tiny(seed=0, dtype=torch.float32, init=0.02):
@@ -17,6 +18,14 @@ def tiny(seed=0, dtype=torch.float32, init=0.02):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       tie_word_embeddings=True, initializer_range=init)
     return Qwen2ForCausalLM(cfg).to(dtype).eval()
+
+
+def wandering(quant=False):
+    """A tiny model whose greedy tokens vary (init 0.5), optionally W4A16, and a batch of 2 prompts."""
+    m = tiny(seed=5, init=0.5)
+    if quant:
+        quantize_model(m)
+    return m, torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
 
 
 def test_greedy_matches_hf_generate():
@@ -40,10 +49,7 @@ def test_quantized_model_decodes():
 
 @pytest.mark.parametrize("quant", [False, True])
 def test_compiled_decode_equals_eager(quant):
-    m = tiny(seed=5, init=0.5)
-    if quant:
-        quantize_model(m)
-    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
+    m, ids = wandering(quant)
     want = StaticEngine(m, max_len=64, compile=False).generate(ids, 12)
     got = StaticEngine(m, max_len=64, compile=True).generate(ids, 12)
     assert got.compiled and got.compile_error is None and not want.compiled
@@ -114,8 +120,7 @@ def agree_until_near_tie(a, b, rel=2e-2):
 
 
 def test_output_logits_are_the_choices():
-    m = tiny(seed=5, init=0.5)
-    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
+    m, ids = wandering()
     r = StaticEngine(m, max_len=64).generate(ids, 10, output_logits=True)
     assert r.logits.shape == (2, 10, 256) and torch.equal(r.logits.argmax(-1), r.new_tokens)
     assert torch.allclose(r.logits[:, 0], m(ids).logits[:, -1], atol=1e-4)
@@ -153,12 +158,7 @@ def test_graph_decode_matches_hf_greedy():
 
 @pytest.mark.parametrize("quant", [False, True])
 def test_fuse_projections_same_outputs_one_product_per_group(quant):
-    from t4lib.serving import FusedProjection, fuse_projections, unfuse_projections
-
-    m = tiny(seed=5, init=0.5)
-    if quant:
-        quantize_model(m)
-    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
+    m, ids = wandering(quant)
     want = m(ids).logits
     state = {k: v.clone() for k, v in m.state_dict().items()}
     assert fuse_projections(m) == 4  # q/k/v and gate/up in each of 2 layers
@@ -175,9 +175,7 @@ def test_fuse_projections_same_outputs_one_product_per_group(quant):
 
 
 def test_fused_projections_trace_as_one_product():
-    from t4lib.serving import fuse_projections
-
-    m = tiny(seed=5, init=0.5)
+    m, _ = wandering()
     fuse_projections(m)
     counts = []
 
@@ -190,10 +188,7 @@ def test_fused_projections_trace_as_one_product():
 
 
 def test_fused_engine_decodes_the_same():
-    from t4lib.serving import fuse_projections
-
-    m = quantize_model(tiny(seed=5, init=0.5))
-    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(0))
+    m, ids = wandering(quant=True)
     want = StaticEngine(m, max_len=64).generate(ids, 12)
     fuse_projections(m)
     got = StaticEngine(m, max_len=64).generate(ids, 12)
@@ -201,8 +196,6 @@ def test_fused_engine_decodes_the_same():
 
 
 def test_fuse_projections_bad_input():
-    from t4lib.serving import fuse_projections
-
     with pytest.raises(TypeError, match="model must be an nn.Module"):
         fuse_projections("model")
     m = tiny()
@@ -222,8 +215,6 @@ def test_fuse_projections_bad_input():
 
 @pytest.mark.gpu
 def test_fused_compiled_graph_decode():
-    from t4lib.serving import fuse_projections
-
     m = quantize_model(tiny(seed=6, dtype=torch.float16, init=0.5).cuda())
     ids = torch.randint(0, 256, (1, 11), generator=torch.Generator().manual_seed(0))
     e = StaticEngine(m, max_len=64, use_graph=False, compile=False).generate(ids, 20, output_logits=True)
@@ -262,9 +253,7 @@ def test_warm_up_leaves_the_cache_where_it_was(restore_counters, monkeypatch):
 
 def test_fused_model_must_be_unfused_before_saving(tmp_path):
     from t4lib.quant import load_quantized, save_quantized
-    from t4lib.serving import fuse_projections, unfuse_projections
-
-    m = quantize_model(tiny(seed=5, init=0.5))
+    m, _ = wandering(quant=True)
     ids = torch.tensor([[1, 2, 3, 4]])
     want = m(ids).logits
     fuse_projections(m)
@@ -300,9 +289,7 @@ def test_engine_reports_a_step_dynamo_ran_uncompiled(monkeypatch):
 
 
 def test_unfuse_restores_members_without_bias():
-    from t4lib.serving import fuse_projections, unfuse_projections
-
-    m = tiny(seed=5, init=0.5)
+    m, _ = wandering()
     m.model.layers[0].self_attn.k_proj.bias = None  # q and v keep theirs: the stacked bias has zeros for k
     ids = torch.tensor([[1, 2, 3, 4]])
     want, keys = m(ids).logits, set(m.state_dict())
