@@ -99,7 +99,7 @@ def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shar
     the host CPU, not the GPU). ``only``: the (tool, file) pairs to run (default
     all). Per file: errors summed over its shards; clean only when every shard
     ran to the end with zero errors and some test passed."""
-    marker = "gpu and not slow"
+    marker = "gpu and not slow and not timing"
     pairs = [(tool, t) for tool in tools for t in targets if only is None or (tool, t) in only]
     ids = {t: _collect(t, marker) for t in {t for _, t in pairs}} if shards > 1 else {}
     jobs = []

@@ -69,7 +69,12 @@ def test_swizzle_kat_cuda():
 
 
 @pytest.mark.gpu
-def test_swizzle_bench_runs_and_orders_layouts():
+def test_swizzle_bench_runs():
+    assert all(bench_cycles(l, warps=8, iters=64) > 0 for l in ref.LAYOUTS)
+
+
+@pytest.mark.gpu
+@pytest.mark.timing
+def test_swizzle_bench_orders_layouts():
     c = {l: bench_cycles(l, warps=8, iters=64) for l in ref.LAYOUTS}
-    assert all(v > 0 for v in c.values())
     assert c["naive"] > c["swizzled"] and c["naive"] > c["padded"]
