@@ -43,6 +43,18 @@ __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // torch.nn.functional.softplus (beta 1, threshold 20).
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// Read-only activation load (the inputs are never written during the step).
+__device__ __forceinline__ half ldg_x(const half* p) { return __ldg(p); }
+__device__ __forceinline__ float ldg_x(const float* p) { return __ldg(p); }
+
+// Channel of the raw QKV row behind conv slot idx of a CTA: q of key head kh
+// (idx < 128), k of key head kh (idx < 256), then v of value head h, columns col0...
+__device__ __forceinline__ long long conv_channel(int idx, int kh, int h, int col0, int HK) {
+  if (idx < kDk) return (long long)kh * kDk + idx;
+  if (idx < 2 * kDk) return (long long)HK * kDk + kh * kDk + (idx - kDk);
+  return 2LL * HK * kDk + (long long)h * kDv + col0 + (idx - 2 * kDk);
+}
+
 struct Params {
   const void* qkv;        // [B, C] raw projection row (pre-conv), TX
   const void* z;          // [B, H*128] output gate, TX
@@ -97,50 +109,77 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
   const long long C = 2LL * p.HK * kDk + (long long)p.H * kDv;
   const long long bh = (long long)b * p.H + h;
 
-  // 1. Issue the state loads first: the only DRAM-heavy traffic, independent of
-  //    everything below, so the conv/norm prologue runs under their latency.
-  //    ld.global.cs: streamed, read once (evict-first).
+  // 1. Issue every global load up front: the state (the only DRAM-heavy
+  //    traffic) and all the small inputs, so their latencies overlap instead
+  //    of adding up (read-only loads: the compiler may not hoist them past the
+  //    conv_out stores otherwise). ld.global.cs for S: streamed, read once.
   float* S = p.state + bh * kDk * kDv + j * VC + cg * 4;
   float4 s[kRows];
 #pragma unroll
   for (int i = 0; i < kRows; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(S + (rg + kRowGroups * i) * kDv));
 
+  // Conv channels of this CTA: q and k of key head kh, v of its own columns.
+  const TX* x = static_cast<const TX*>(p.qkv) + b * C;
+  const TX* cin = static_cast<const TX*>(p.conv_in) + b * 3 * C;
+  TX* cout = static_cast<TX*>(p.conv_out) + b * 3 * C;
+  constexpr int kChannels = 2 * kDk + VC, kConvIters = (kChannels + NT - 1) / NT;
+  float4 cw[kConvIters];
+  TX cx[kConvIters][4];
+#pragma unroll
+  for (int it = 0; it < kConvIters; ++it) {
+    const int idx = t + it * NT;
+    if (idx < kChannels) {
+      const long long c = conv_channel(idx, kh, h, j * VC, p.HK);
+      cw[it] = __ldg(reinterpret_cast<const float4*>(p.conv_w) + c);
+      cx[it][0] = ldg_x(cin + c);
+      cx[it][1] = ldg_x(cin + C + c);
+      cx[it][2] = ldg_x(cin + 2 * C + c);
+      cx[it][3] = ldg_x(x + c);
+    }
+  }
+  const float alpha = to_f(ldg_x(static_cast<const TX*>(p.alpha) + bh));
+  const float beta_in = to_f(ldg_x(static_cast<const TX*>(p.beta) + bh));
+  const float a_h = __ldg(p.ssm_a + h), dt_h = __ldg(p.dt_bias + h);
+  // Output gate inputs of the columns this thread may write (all 128 when split:
+  // any CTA of the head can be the one that finishes it).
+  constexpr int kOutIters = (kDv + NT - 1) / NT;
+  const TX* zp = static_cast<const TX*>(p.z) + bh * kDv;
+  float zs[kOutIters], nw[kOutIters];
+#pragma unroll
+  for (int it = 0; it < kOutIters; ++it) {
+    const int c = t + it * NT;
+    const bool need = NSPLIT == 1 ? c < VC : c < kDv;
+    zs[it] = need ? to_f(ldg_x(zp + c)) : 0.f;
+    nw[it] = need ? __ldg(p.ssm_norm + c) : 0.f;
+  }
+
   __shared__ float sq[kDk], sk[kDk], sv[VC], sdelta[VC];
   __shared__ __align__(16) float red_u[kRowGroups][VC];
   __shared__ __align__(16) float red_p[kRowGroups][VC];
   __shared__ float red3[NT / 32 > 0 ? NT / 32 : 1][3];
-  __shared__ float sgate[2];
   __shared__ int s_last;
 
-  // 2. Causal conv (+SiLU) of the channels this CTA needs: q and k of key head
-  //    kh, v of its own columns. Exactly one CTA per channel writes conv_out.
-  const TX* x = static_cast<const TX*>(p.qkv) + b * C;
-  const TX* cin = static_cast<const TX*>(p.conv_in) + b * 3 * C;
-  TX* cout = static_cast<TX*>(p.conv_out) + b * 3 * C;
+  // 2. Causal conv (+SiLU); exactly one CTA per channel writes conv_out.
   const bool qk_writer = j == 0 && (p.head_order == 0 ? (h % ratio == 0) : (h < p.HK));
-  for (int idx = t; idx < 2 * kDk + VC; idx += NT) {
-    long long c;
-    bool write;
-    if (idx < kDk) { c = (long long)kh * kDk + idx; write = qk_writer; }
-    else if (idx < 2 * kDk) { c = (long long)p.HK * kDk + kh * kDk + (idx - kDk); write = qk_writer; }
-    else { c = 2LL * p.HK * kDk + (long long)h * kDv + j * VC + (idx - 2 * kDk); write = true; }
-    const float4 w = __ldg(reinterpret_cast<const float4*>(p.conv_w) + c);
-    const TX x0 = cin[c], x1 = cin[C + c], x2 = cin[2 * C + c], x3 = x[c];
-    float y = w.x * to_f(x0);
-    y = fmaf(w.y, to_f(x1), y);
-    y = fmaf(w.z, to_f(x2), y);
-    y = fmaf(w.w, to_f(x3), y);
-    y = silu(y);
-    if (write) { cout[c] = x1; cout[C + c] = x2; cout[2 * C + c] = x3; }
-    if (idx < kDk) sq[idx] = y;
-    else if (idx < 2 * kDk) sk[idx - kDk] = y;
-    else sv[idx - 2 * kDk] = y;
+#pragma unroll
+  for (int it = 0; it < kConvIters; ++it) {
+    const int idx = t + it * NT;
+    if (idx < kChannels) {
+      const long long c = conv_channel(idx, kh, h, j * VC, p.HK);
+      float y = cw[it].x * to_f(cx[it][0]);
+      y = fmaf(cw[it].y, to_f(cx[it][1]), y);
+      y = fmaf(cw[it].z, to_f(cx[it][2]), y);
+      y = fmaf(cw[it].w, to_f(cx[it][3]), y);
+      y = silu(y);
+      if (idx >= 2 * kDk || qk_writer) { cout[c] = cx[it][1]; cout[C + c] = cx[it][2]; cout[2 * C + c] = cx[it][3]; }
+      if (idx < kDk) sq[idx] = y;
+      else if (idx < 2 * kDk) sk[idx - kDk] = y;
+      else sv[idx - 2 * kDk] = y;
+    }
   }
-  if (t == 0) {
-    const float g = p.ssm_a[h] * softplus(to_f(static_cast<const TX*>(p.alpha)[bh]) + p.dt_bias[h]);
-    sgate[0] = expf(g);                                                     // decay
-    sgate[1] = 1.0f / (1.0f + expf(-to_f(static_cast<const TX*>(p.beta)[bh])));  // beta
-  }
+  // Gates, computed by every thread (no broadcast through shared memory).
+  const float decay = expf(a_h * softplus(alpha + dt_h));
+  const float beta = 1.0f / (1.0f + expf(-beta_in));
   __syncthreads();
 
   // 3. L2 norms of q and k and the raw dot k.q in one block reduction.
@@ -153,7 +192,6 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
   const float rq = rsqrtf(sums.x + 1e-6f) * rsqrtf(static_cast<float>(kDk));  // q scale incl. 1/sqrt(d)
   const float rk = rsqrtf(sums.y + 1e-6f);
   const float kq = sums.z * rq * rk;                                          // (normalized k) . (scaled q)
-  const float decay = sgate[0], beta = sgate[1];
 
   // 4. Column sums S^T k and S^T q over this thread's rows, then over the 16 row groups.
   float kr[kRows], qr[kRows];
@@ -182,23 +220,27 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
   __syncthreads();
 
   // 5. S_new = decay S + k delta^T, written once (st.global.cs: streamed).
-  const float4 dl = *reinterpret_cast<const float4*>(&sdelta[cg * 4]);
+  //    The split launch first publishes its slice of o (step 6): its fence then
+  //    waits only for those few bytes, and the state stores drain meanwhile.
+  auto store_state = [&]() {
+    const float4 dl = *reinterpret_cast<const float4*>(&sdelta[cg * 4]);
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    float4 n;
-    n.x = fmaf(kr[i], dl.x, decay * s[i].x); n.y = fmaf(kr[i], dl.y, decay * s[i].y);
-    n.z = fmaf(kr[i], dl.z, decay * s[i].z); n.w = fmaf(kr[i], dl.w, decay * s[i].w);
-    __stcs(reinterpret_cast<float4*>(S + (rg + kRowGroups * i) * kDv), n);
-  }
+    for (int i = 0; i < kRows; ++i) {
+      float4 n;
+      n.x = fmaf(kr[i], dl.x, decay * s[i].x); n.y = fmaf(kr[i], dl.y, decay * s[i].y);
+      n.z = fmaf(kr[i], dl.z, decay * s[i].z); n.w = fmaf(kr[i], dl.w, decay * s[i].w);
+      __stcs(reinterpret_cast<float4*>(S + (rg + kRowGroups * i) * kDv), n);
+    }
+  };
 
   // 6. Output gate: RMSNorm over the head's 128 values * ssm_norm * SiLU(z).
-  const TX* zp = static_cast<const TX*>(p.z) + bh * kDv;
   TO* op = static_cast<TO*>(p.out) + bh * kDv;
   if (NSPLIT == 1) {
+    store_state();
     const float ss = block_sum3<NT>(t < VC ? o * o : 0.f, 0.f, 0.f, red3).x;
     if (t < VC) {
       const float r = rsqrtf(ss / kDv + p.eps);
-      op[t] = from_f<TO>(p.ssm_norm[t] * (o * r) * silu(to_f(zp[t])));
+      op[t] = from_f<TO>(nw[0] * (o * r) * silu(zs[0]));
     }
     return;
   }
@@ -209,6 +251,7 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
   __threadfence();  // make this CTA's slice visible device-wide before counting it
   __syncthreads();
   if (t == 0) s_last = atomicAdd(p.ws_cnt + bh, 1) == NSPLIT - 1;
+  store_state();
   __syncthreads();
   if (!s_last) return;
   __threadfence();  // order the counter read before the slice reads below
@@ -216,9 +259,13 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
 #pragma unroll
   for (int i = 0; i < NSPLIT; ++i) tot += __ldcg(p.ws_ss + bh * NSPLIT + i);  // fixed order: deterministic
   const float r = rsqrtf(tot / kDv + p.eps);
-  for (int c = t; c < kDv; c += NT) {
-    const float oc = __ldcg(p.ws_o + bh * kDv + c);  // L2, not a stale L1 line
-    op[c] = from_f<TO>(p.ssm_norm[c] * (oc * r) * silu(to_f(zp[c])));
+#pragma unroll
+  for (int it = 0; it < kOutIters; ++it) {
+    const int c = t + it * NT;
+    if (c < kDv) {
+      const float oc = __ldcg(p.ws_o + bh * kDv + c);  // L2, not a stale L1 line
+      op[c] = from_f<TO>(nw[it] * (oc * r) * silu(zs[it]));
+    }
   }
   if (t == 0) p.ws_cnt[bh] = 0;  // ready for the next launch (graph replay)
 }

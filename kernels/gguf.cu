@@ -127,36 +127,31 @@ struct Tuning<GgufTrait<F>, M> {
 
 namespace t4 {
 namespace gemv {
-// GEMV-layout traits: R rows per warp share each activation load; U chunks in
-// flight per lane. A chunk of one row is 40 bytes of loads for Q4_K / IQ4_XS,
-// 56 for Q6_K, 68 for Q8_0. M = 1: 2 rows x 2 chunks in flight per lane (the
-// 80 chunks of a K = 5120 row take 2 rounds of loads per warp, not 3), small
-// row groups so the grid-stride tail of the last wave stays short; <= 128
-// registers, 16 warps per SM. Larger M trade rows for fp32 accumulators.
-template <int M>
-struct Tuning<t4::gguf::gv::PQ4_K, M> {
-  static constexpr int R = M <= 4 ? 2 : 1;
-  static constexpr int U = M == 1 ? 2 : 1;
-  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
+// GEMV-layout traits: R rows per warp share each activation load and its
+// conversion to fp32 (the X sums included), which a chunk of one row would
+// otherwise pay alone: per-row work is the quants, per-group work the
+// activations. U chunks in flight per lane. Measured on an H200 at the 27B
+// shapes (tools/gemv_lab/gguf_lab.py, results/nvidia-h200/gguf_lab_m*.json):
+// M = 1, 4 rows x 1 chunk at <= 128 registers took Q4_K 17408x5120 from 33.8
+// to 26.8 us, Q6_K 36.1 -> 29.3, IQ4_XS 35.3 -> 29.9, Q8_0 37.0 -> 32.4 (2 rows
+// x 2 chunks before; 1 row: 53-55 us; 8 rows: no better). M = 2: 4 rows at
+// <= 168 registers (at 128 Q4_K and Q6_K spill; Q6_K needs 255 to spill
+// nothing), 26-34% less time than 2 rows.
+// M = 3..8 are not tuned: fewer rows keep their fp32 accumulators in registers.
+template <int M, int kMinBlocksM2 = 3>
+struct PackedTuning {
+  static constexpr int R = M <= 2 ? 4 : (M <= 4 ? 2 : 1);
+  static constexpr int U = 1;
+  static constexpr int kMinBlocks = M == 1 ? 4 : (M == 2 ? kMinBlocksM2 : (M <= 4 ? 4 : 3));
 };
 template <int M>
-struct Tuning<t4::gguf::gv::PQ6_K, M> {
-  static constexpr int R = M <= 4 ? 2 : 1;
-  static constexpr int U = M == 1 ? 2 : 1;
-  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
-};
+struct Tuning<t4::gguf::gv::PQ4_K, M> : PackedTuning<M> {};
 template <int M>
-struct Tuning<t4::gguf::gv::PIQ4_XS, M> {
-  static constexpr int R = M <= 4 ? 2 : 1;
-  static constexpr int U = M == 1 ? 2 : 1;
-  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
-};
+struct Tuning<t4::gguf::gv::PQ6_K, M> : PackedTuning<M, 2> {};
 template <int M>
-struct Tuning<t4::gguf::gv::PQ8_0, M> {
-  static constexpr int R = M <= 4 ? 2 : 1;
-  static constexpr int U = M == 1 ? 2 : 1;
-  static constexpr int kMinBlocks = M <= 4 ? 4 : 3;
-};
+struct Tuning<t4::gguf::gv::PIQ4_XS, M> : PackedTuning<M> {};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ8_0, M> : PackedTuning<M> {};
 }  // namespace gemv
 }  // namespace t4
 

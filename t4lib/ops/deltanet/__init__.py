@@ -31,8 +31,8 @@ VARIANTS = {"head": 1, "split": 4}
 def auto_split(B: int) -> int:
     """CTAs per head for ``variant="auto"``. On the H200 at the 27B shape
     (results/nvidia-h200/qwen35_deltanet.json) one CTA per head was fastest at
-    B = 1 (6.2 us; 2, 4, 8 CTAs: 6.5, 7.0, 7.6 us) and 2 CTAs at B = 4 (11.7 us;
-    1, 4, 8: 13.7, 15.3, 16.9 us). B = 2, 3 were not measured and take 2."""
+    B = 1 (6.0 us; 2, 4, 8 CTAs: 6.2, 6.5, 7.0 us) and 2 CTAs at B = 4 (11.1 us;
+    1, 4, 8: 13.5, 14.1, 16.5). B = 2, 3 were not measured and take 2."""
     return 1 if B == 1 else 2
 
 _WS: dict = {}

@@ -1,0 +1,82 @@
+// M = 1, 2 launch-tuning variants of the GEMV-layout GGUF traits for
+// tools/gemv_lab/gguf_lab.py (not part of the library). A variant is the
+// library's trait with other Tuning knobs: R rows per warp, U chunks per load
+// stage, PIPE (two register stages), MB (minimum CTAs per SM).
+#include "gemv.cuh"
+#include "gguf_formats.cuh"
+
+namespace lab {
+template <class F, int R_, int U_, bool P_, int MB_>
+struct Tuned : F {};
+}  // namespace lab
+
+namespace t4 {
+namespace gemv {
+template <class F, int R_, int U_, bool P_, int MB_, int M>
+struct Tuning<lab::Tuned<F, R_, U_, P_, MB_>, M> {
+  static constexpr int R = R_;
+  static constexpr int U = U_;
+  static constexpr bool kPipe = P_;
+  static constexpr int kMinBlocks = MB_;
+};
+}  // namespace gemv
+}  // namespace t4
+
+namespace {
+using namespace t4::gguf;
+
+template <class F, int M>
+int variant_m(int v, const t4::gemv::Args& a, cudaStream_t st) {
+  using t4::gemv::launch_m;
+  switch (v) {
+    case 0: return launch_m<lab::Tuned<F, 2, 2, false, 4>, M>(a, 0, st);  // the library's M = 1 tuning before R = 4
+    case 1: return launch_m<lab::Tuned<F, 2, 1, true, 4>, M>(a, 0, st);
+    case 2: return launch_m<lab::Tuned<F, 1, 2, true, 4>, M>(a, 0, st);
+    case 3: return launch_m<lab::Tuned<F, 1, 4, false, 4>, M>(a, 0, st);
+    case 4: return launch_m<lab::Tuned<F, 4, 1, false, 4>, M>(a, 0, st);
+    case 5: return launch_m<lab::Tuned<F, 2, 1, false, 8>, M>(a, 0, st);
+    case 6: return launch_m<lab::Tuned<F, 1, 2, false, 6>, M>(a, 0, st);
+    case 7: return launch_m<lab::Tuned<F, 1, 1, true, 6>, M>(a, 0, st);
+    case 8: return launch_m<lab::Tuned<F, 2, 2, false, 3>, M>(a, 0, st);
+    case 9: return launch_m<lab::Tuned<F, 1, 1, false, 8>, M>(a, 0, st);
+    case 10: return launch_m<lab::Tuned<F, 4, 1, false, 3>, M>(a, 0, st);
+    case 11: return launch_m<lab::Tuned<F, 4, 1, false, 2>, M>(a, 0, st);
+    case 12: return launch_m<lab::Tuned<F, 8, 1, false, 2>, M>(a, 0, st);
+    case 13: return launch_m<lab::Tuned<F, 8, 1, false, 3>, M>(a, 0, st);
+    case 14: return launch_m<lab::Tuned<F, 4, 2, false, 2>, M>(a, 0, st);
+    case 15: return launch_m<lab::Tuned<F, 4, 1, true, 2>, M>(a, 0, st);
+    case 16: return launch_m<lab::Tuned<F, 8, 1, false, 4>, M>(a, 0, st);
+    case 17: return launch_m<lab::Tuned<F, 2, 1, false, 4>, M>(a, 0, st);  // the library's M = 2 tuning before
+    default: return 1;
+  }
+}
+
+template <class F>
+int variant(int v, int M, const t4::gemv::Args& a, cudaStream_t st) {
+  return M == 1 ? variant_m<F, 1>(v, a, st) : M == 2 ? variant_m<F, 2>(v, a, st) : 1;
+}
+}  // namespace
+
+T4_API int lab_gguf_gemv(int type, int v, int M, const void* w, const void* x, void* y, int N, int K,
+                         cudaStream_t st) {
+  t4::gemv::Args a;
+  a.w.data = static_cast<const uint8_t*>(w);
+  a.w.scales = nullptr;
+  a.w.aux = nullptr;
+  a.w.row_bytes = 0;
+  a.w.N = N;
+  a.w.K = K;
+  a.w.group_size = 0;
+  a.x = static_cast<const half*>(x);
+  a.ldx = K;
+  a.y = static_cast<half*>(y);
+  a.ldy = N;
+  a.M = M;
+  switch (type) {
+    case Q8_0::kType: return variant<gv::PQ8_0>(v, M, a, st);
+    case Q4_K::kType: return variant<gv::PQ4_K>(v, M, a, st);
+    case Q6_K::kType: return variant<gv::PQ6_K>(v, M, a, st);
+    case IQ4_XS::kType: return variant<gv::PIQ4_XS>(v, M, a, st);
+    default: return 1;
+  }
+}
