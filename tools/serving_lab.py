@@ -1,6 +1,7 @@
 """Decode-speed experiments on the serving benchmark's model shapes (not part of the library):
 
-    python tools/serving_lab.py          # writes $OUT/serving_lab.json
+    python tools/serving_lab.py [variant,...]     # writes $OUT/serving_lab.json (all variants)
+                                                  # or $OUT/serving_lab_<variants>.json
 
 Each row is StaticEngine W4A16 decode tokens/s (fused projections, compiled, CUDA graph) under one change:
 "default" (the benchmark's configuration), "lm_head_w4a16" (the output head quantized too, which the
@@ -8,6 +9,7 @@ default policy keeps fp16), "coordinate_descent" (Inductor's coordinate-descent 
 """
 import json
 import os
+import sys
 
 import torch
 
@@ -16,9 +18,13 @@ from t4lib.quant import default_policy, quantize_model
 from t4lib.serving import StaticEngine, fuse_projections
 
 OUT = os.environ.get("OUT", "/tmp/out")
+VARIANTS = ("default", "lm_head_w4a16", "coordinate_descent")
+chosen = sys.argv[1].split(",") if len(sys.argv) > 1 else list(VARIANTS)
+if set(chosen) - set(VARIANTS):
+    raise SystemExit(f"variants must be among {VARIANTS}, got {chosen}")
 rows = {}
 for label, cfg in (("qwen2.5-0.5b-shape", QWEN05), ("qwen2.5-7b-shape", QWEN7B)):
-    for variant in ("default", "lm_head_w4a16", "coordinate_descent"):
+    for variant in chosen:
         torch._dynamo.reset()
         torch._inductor.config.coordinate_descent_tuning = variant == "coordinate_descent"
         m = build_random_model(cfg)
@@ -33,4 +39,6 @@ for label, cfg in (("qwen2.5-0.5b-shape", QWEN05), ("qwen2.5-7b-shape", QWEN7B))
         print(label, variant, rows[f"{label}/{variant}"], flush=True)
         del eng, m
         torch.cuda.empty_cache()
-json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, open(f"{OUT}/serving_lab.json", "w"), indent=1)
+name = "serving_lab" if len(sys.argv) == 1 else "serving_lab_" + "_".join(chosen)
+json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+          open(f"{OUT}/{name}.json", "w"), indent=1)
