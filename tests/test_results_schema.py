@@ -96,3 +96,25 @@ def test_sanitizer_resume_reruns_only_unfinished(monkeypatch, tmp_path):
     assert asked == [{("memcheck", "b")}] and out["sanitizers_clean"]
     with pytest.raises(RuntimeError, match="does not verify the current sources"):
         verify._resume_sanitizers({"sources_sha256": "other"}, ledger, timeout=5, shards=2)
+
+
+def test_sanitizer_runs_leave_out_speed_assertions(monkeypatch):
+    """Instrumented, many at once on one GPU, a test that asserts on measured speed fails for no
+    memory or race reason: the sanitizer runs' marker must deselect it but keep its kernel's test."""
+    import subprocess
+    import sys
+
+    from t4lib import verify
+
+    markers = []
+
+    def fake(args, junit, prefix=None, timeout=0):
+        markers.append(args[args.index("-m") + 1])
+        return {"returncode": 0, "seconds": 1, "tail": "ERROR SUMMARY: 0 errors", "tests": {"t::x": "passed"}}
+
+    monkeypatch.setattr(verify, "_pytest", fake)
+    verify._sanitize(["tests/test_swizzle.py"], timeout=5, workers=1, tools=("memcheck",))
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", markers[0], "tests/test_swizzle.py"], cwd=verify.REPO, capture_output=True, text=True)
+    assert "test_swizzle_bench_runs" in proc.stdout
+    assert "test_swizzle_bench_orders_layouts" not in proc.stdout
