@@ -13,21 +13,17 @@ largest output (a different R can change the split-K of the shape).
 import ctypes
 import json
 import os
-import subprocess
 import sys
 
 import torch
 
+from labbuild import load
 from t4lib import bench
 from t4lib.ops.deltanet.bench import FFN, GEMV_FORMATS, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_gemv_packed, pack_for_gemv, reference as gref, type_id
 
 OUT = os.environ.get("OUT", "/tmp/out")
-so = "/tmp/gguf_lab.so"
-subprocess.run(["nvcc", "-O3", "-std=c++17", "-cudart", "static", "--shared", "-Xcompiler", "-fPIC", "-gencode",
-                "arch=compute_75,code=[sm_75,compute_75]", "-I", "kernels", "-o", so, "tools/gemv_lab/gguf_lab.cu"],
-               check=True)
-lib = ctypes.CDLL(so)
+lib = load("gguf_lab.cu")
 lib.lab_gguf_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
 V = {0: "R2U2mb4", 1: "R2U1pipe_mb4", 2: "R1U2pipe_mb4", 3: "R1U4mb4", 4: "R4U1mb4", 5: "R2U1mb8", 6: "R1U2mb6",
      7: "R1U1pipe_mb6", 8: "R2U2mb3", 9: "R1U1mb8", 10: "R4U1mb3", 11: "R4U1mb2", 12: "R8U1mb2", 13: "R8U1mb3",

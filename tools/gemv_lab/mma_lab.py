@@ -13,23 +13,19 @@ library's GEMV (0.7-1.07x), so it stays a lab.
 import ctypes
 import json
 import os
-import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from labbuild import load
 from t4lib import bench
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
 
 OUT = os.environ.get("OUT", "/tmp/out")
-so = "/tmp/mma_lab.so"
-subprocess.run(["nvcc", "-O3", "-std=c++17", "-cudart", "static", "--shared", "-Xcompiler", "-fPIC", "-gencode",
-                "arch=compute_75,code=[sm_75,compute_75]", "-I", "kernels", "-o", so, "tools/gemv_lab/mma_lab.cu"],
-               check=True)
-lib = ctypes.CDLL(so)
+lib = load("mma_lab.cu")
 lib.lab_mma_gemv.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
 V = {0: "U2W4S4mb4", 1: "U4W4S4mb2", 2: "U4W8S8mb1", 3: "U2W8S8mb2", 4: "U4W4S1mb2", 5: "U2W4S2mb4"}
 if len(sys.argv) > 1:

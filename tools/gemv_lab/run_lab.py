@@ -14,23 +14,19 @@ Outputs of every other variant must equal the library's bit for bit.
 import ctypes
 import json
 import os
-import subprocess
 import sys
 
 import torch
 import torch.nn.functional as F
 
+from labbuild import load
 from t4lib import bench
-from t4lib.ops.deltanet.bench import decode_step
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
 
 OUT = os.environ.get("OUT", "/tmp/out")
-so = "/tmp/lab.so"
-subprocess.run(["nvcc", "-O3", "-std=c++17", "-cudart", "static", "--shared", "-Xcompiler", "-fPIC", "-gencode",
-                "arch=compute_75,code=[sm_75,compute_75]", "-I", "kernels", "-o", so, "tools/gemv_lab/gemv_lab.cu"], check=True)
-lib = ctypes.CDLL(so)
+lib = load("gemv_lab.cu")
 lib.lab_gemv.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
 V = {0: "R2U4", 1: "R4U2", 2: "R1U8", 3: "R2U2pipe", 4: "R4U1pipe", 5: "R1U4pipe", 6: "R2U4_RO", 7: "R2U2pipe_RO",
      8: "R2U8mb4", 9: "R2U2pipe_mb4", 10: "R4U2pipe_mb4", 11: "R2U4mb4", 12: "R4U4mb4",
