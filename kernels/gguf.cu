@@ -114,13 +114,19 @@ int gemv(const uint8_t* w, const half* x, half* y, int M, int N, int K, int max_
 
 namespace t4 {
 namespace gemv {
-// Decoded fp16 chunks are 16 registers each: fewer rows/chunks in flight than
-// the default keep the GGUF GEMV free of spills (80 registers at M <= 2).
+// Decoded fp16 chunks are 16 registers each. M = 1, 2: 4 rows per warp share
+// each activation load, at <= 168 (M = 1) and <= 255 (M = 2) registers, the
+// most rows that spill in no format. Measured on an H200 at the 27B FFN shapes
+// (tools/gemv_lab/gguf_raw_lab.py, results/nvidia-h200/gguf_raw_lab.json)
+// against 1 row x 1 chunk at 80 registers: Q3_K, Q5_K and Q4_K 1.00-1.33x
+// faster at M = 1 and 1.13-1.34x at M = 2. M >= 3: 1 row, as before.
+// IQ4_XS (read this way only with layout="gguf") spills at M = 1 under 168.
 template <class F, int M>
 struct Tuning<GgufTrait<F>, M> {
-  static constexpr int R = 1;
+  static constexpr int R = M <= 2 ? 4 : 1;
   static constexpr int U = 1;
-  static constexpr int kMinBlocks = M <= 2 ? 6 : (M <= 4 ? 5 : 4);
+  static constexpr int kMinBlocks =
+      M == 1 ? (F::kType == t4::gguf::IQ4_XS::kType ? 2 : 3) : (M == 2 ? 2 : (M <= 4 ? 5 : 4));
 };
 }  // namespace gemv
 }  // namespace t4

@@ -21,13 +21,29 @@ __device__ __forceinline__ float f16(const uint8_t* p) {
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
 
-// The IQ4_NL / IQ4_XS nonlinear codebook (16 signed levels).
-__constant__ const int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
-                                           1,    13,   25,  38,  53,  69,  89,  113};
+// The IQ4_NL / IQ4_XS nonlinear codebook (16 signed levels) plus 128, as bytes:
+// entries 4i..4i+3 in word i. A lookup is two byte permutes of these
+// immediates (iq4_value below): a __constant__ table would serialize a warp's
+// 32 different indices.
+__host__ __device__ constexpr uint32_t iq4_word(int i) {
+  constexpr int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  return static_cast<uint32_t>(kv[4 * i] + 128) | (static_cast<uint32_t>(kv[4 * i + 1] + 128) << 8) |
+         (static_cast<uint32_t>(kv[4 * i + 2] + 128) << 16) | (static_cast<uint32_t>(kv[4 * i + 3] + 128) << 24);
+}
+
+// codebook[idx] for idx in 0..15 (prmt selector bit 3 is a sign mode, so the
+// low 3 bits pick the byte and bit 3 the word pair)
+__device__ __forceinline__ int iq4_value(uint32_t idx) {
+  const uint32_t s = idx & 7u;
+  const uint32_t b = (idx & 8u) ? __byte_perm(iq4_word(2), iq4_word(3), s) : __byte_perm(iq4_word(0), iq4_word(1), s);
+  return static_cast<int>(b & 0xFFu) - 128;
+}
 
 // IQ3_S grid: 512 entries of 4 magnitudes (one byte each, low byte first), as
-// in ggml's iq3s_grid; generated from gguf-py's table.
-__constant__ const uint32_t kIQ3SGrid[512] = {
+// in ggml's iq3s_grid; generated from gguf-py's table. In global memory, read
+// through the L1 (__ldg): a warp's gather of different entries then costs one
+// pass per cache line touched, where the constant cache serializes per address.
+__device__ const uint32_t kIQ3SGrid[512] = {
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
     0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
     0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -191,7 +207,7 @@ struct IQ4_NL {
     const uint8_t* q = b + 2 + (g & 1) * 8;
     const int sh = (g >> 1) * 4;
 #pragma unroll
-    for (int t = 0; t < 8; ++t) v[t] = mul(d, static_cast<float>(kIQ4Values[(q[t] >> sh) & 0xF]));
+    for (int t = 0; t < 8; ++t) v[t] = mul(d, static_cast<float>(iq4_value((q[t] >> sh) & 0xF)));
   }
 };
 
@@ -207,7 +223,7 @@ struct IQ4_XS {
     const uint8_t* q = b + 8 + j * 16 + (w & 1) * 8;
     const int sh = (w >> 1) * 4;
 #pragma unroll
-    for (int t = 0; t < 8; ++t) v[t] = mul(d, static_cast<float>(kIQ4Values[(q[t] >> sh) & 0xF]));
+    for (int t = 0; t < 8; ++t) v[t] = mul(d, static_cast<float>(iq4_value((q[t] >> sh) & 0xF)));
   }
 };
 
@@ -224,7 +240,7 @@ struct IQ3_S {
     for (int p = 0; p < 2; ++p) {
       const int gi = 2 * g + p;  // grid group of 4 values
       const int idx = b[2 + gi] | (((b[66 + (gi >> 3)] >> (gi & 7)) & 1) << 8);
-      const uint32_t gw = kIQ3SGrid[idx];
+      const uint32_t gw = __ldg(&kIQ3SGrid[idx]);
 #pragma unroll
       for (int t = 0; t < 4; ++t) {
         const float m = mul(db, static_cast<float>((gw >> (8 * t)) & 0xFF));
@@ -557,13 +573,6 @@ struct PQ6_K {
 };
 
 // ------------------------------------------------------------------ IQ4_XS
-// codebook + 128 as bytes, entries 4i..4i+3 in word i
-__host__ __device__ constexpr uint32_t iq4_word(int i) {
-  constexpr int kv[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-  return static_cast<uint32_t>(kv[4 * i] + 128) | (static_cast<uint32_t>(kv[4 * i + 1] + 128) << 8) |
-         (static_cast<uint32_t>(kv[4 * i + 2] + 128) << 16) | (static_cast<uint32_t>(kv[4 * i + 3] + 128) << 24);
-}
-
 // 8 indices (nibbles of q, value order) -> bytes kv + 128: t0 values 0..3, t1
 // values 4..7. The table lives in 4 registers (immediates); prmt reads only
 // the low 16 bits (4 nibbles) of its selector. Per 4 values: two table prmts

@@ -2,25 +2,8 @@
 // tools/gemv_lab/gguf_lab.py (not part of the library). A variant is the
 // library's trait with other Tuning knobs: R rows per warp, U chunks per load
 // stage, PIPE (two register stages), MB (minimum CTAs per SM).
-#include "gemv.cuh"
 #include "gguf_formats.cuh"
-
-namespace lab {
-template <class F, int R_, int U_, bool P_, int MB_>
-struct Tuned : F {};
-}  // namespace lab
-
-namespace t4 {
-namespace gemv {
-template <class F, int R_, int U_, bool P_, int MB_, int M>
-struct Tuning<lab::Tuned<F, R_, U_, P_, MB_>, M> {
-  static constexpr int R = R_;
-  static constexpr int U = U_;
-  static constexpr bool kPipe = P_;
-  static constexpr int kMinBlocks = MB_;
-};
-}  // namespace gemv
-}  // namespace t4
+#include "lab_tuning.cuh"
 
 namespace {
 using namespace t4::gguf;
@@ -59,19 +42,7 @@ int variant(int v, int M, const t4::gemv::Args& a, cudaStream_t st) {
 
 T4_API int lab_gguf_gemv(int type, int v, int M, const void* w, const void* x, void* y, int N, int K,
                          cudaStream_t st) {
-  t4::gemv::Args a;
-  a.w.data = static_cast<const uint8_t*>(w);
-  a.w.scales = nullptr;
-  a.w.aux = nullptr;
-  a.w.row_bytes = 0;
-  a.w.N = N;
-  a.w.K = K;
-  a.w.group_size = 0;
-  a.x = static_cast<const half*>(x);
-  a.ldx = K;
-  a.y = static_cast<half*>(y);
-  a.ldy = N;
-  a.M = M;
+  const t4::gemv::Args a = lab::block_args(w, 0, x, y, M, N, K);
   switch (type) {
     case Q8_0::kType: return variant<gv::PQ8_0>(v, M, a, st);
     case Q4_K::kType: return variant<gv::PQ4_K>(v, M, a, st);

@@ -96,7 +96,8 @@ def decode_step(B: int, quick: bool = False) -> tuple[list[dict], dict]:
     return figs, meta
 
 
-GEMV_FORMATS = ("Q4_K", "Q6_K", "IQ4_XS", "Q8_0")
+GEMV_FORMATS = ("Q4_K", "Q6_K", "IQ4_XS", "Q8_0")  # the four, read in the GEMV layout
+RAW_GEMV_FORMATS = ("Q5_K", "Q3_K", "IQ4_NL", "IQ3_S")  # no GEMV layout: read as GGUF stores them
 
 
 def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
@@ -105,7 +106,7 @@ def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
     dev = "cuda"
     figs, meta = [], {}
     for N, K in ((FFN, HIDDEN), (HIDDEN, FFN)):
-        for fmt in GEMV_FORMATS:
+        for fmt in GEMV_FORMATS + RAW_GEMV_FORMATS:
             t = type_id(fmt)
             nv, nb = FORMATS[t][1], FORMATS[t][2]
             base_raw = gref.random_blocks(t, N * K // nv, seed=7, scale=0.01).reshape(-1).to(dev)
@@ -124,6 +125,7 @@ def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
             prefix = f"gguf_gemv/{fmt}/N{N}_K{K}"
             figs += bench.to_figures(res, prefix, SOURCE)
             meta[prefix] = {"weight_bytes": N * K // nv * nb,
+                            "layout": "gemv" if fmt in GEMV_FORMATS else "gguf",
                             "note": "cublas_fp16 reads 2 bytes per weight; its frac_copy_bw uses the GGUF bytes"}
             del base_raw, w16
             torch.cuda.empty_cache()

@@ -1,0 +1,33 @@
+// A GEMV trait under other launch knobs, for the labs of this folder (not part
+// of the library): lab::Tuned<F, R, U, PIPE, MB> is trait F with R rows per
+// warp, U chunks per load stage, PIPE two register stages, MB minimum CTAs per SM.
+#pragma once
+#include "gemv.cuh"
+
+namespace lab {
+template <class F, int R_, int U_, bool P_, int MB_>
+struct Tuned : F {};
+
+inline t4::gemv::Args block_args(const void* w, long long row_bytes, const void* x, void* y, int M, int N, int K) {
+  t4::gemv::Args a;
+  a.w = {static_cast<const uint8_t*>(w), nullptr, nullptr, row_bytes, N, K, 0};
+  a.x = static_cast<const half*>(x);
+  a.ldx = K;
+  a.y = static_cast<half*>(y);
+  a.ldy = N;
+  a.M = M;
+  return a;
+}
+}  // namespace lab
+
+namespace t4 {
+namespace gemv {
+template <class F, int R_, int U_, bool P_, int MB_, int M>
+struct Tuning<lab::Tuned<F, R_, U_, P_, MB_>, M> {
+  static constexpr int R = R_;
+  static constexpr int U = U_;
+  static constexpr bool kPipe = P_;
+  static constexpr int kMinBlocks = MB_;
+};
+}  // namespace gemv
+}  // namespace t4
