@@ -15,6 +15,10 @@ that tensor lives; it is made again if the tensor is modified in place through
 PyTorch (its version counter changes). Writes that bypass PyTorch's version
 counter (raw pointers) are not seen: call :func:`clear_gemv_cache` after them.
 ``layout="gguf"`` forces the kernel that reads the GGUF blocks as stored.
+Q3_K, Q5_K, IQ4_NL and IQ3_S have no GEMV layout and always take that kernel,
+which decodes values from byte loads: on an H200 it reads 0.13-0.20 of copy
+bandwidth at M = 1, slower than fp16 weights through cuBLAS for Q3_K and Q5_K
+(results/nvidia-h200/qwen35_deltanet.json). It saves memory, not time.
 To keep only the aligned copy on the device (half the weight memory), pack
 once with :func:`pack_for_gemv` and call :func:`gguf_gemv_packed`.
 """
