@@ -1,7 +1,7 @@
 // Q5_K in a GEMV layout (a lab, not part of the library): the trait a future
 // t4lib/ops/gguf/packing.py section would feed, checked on the CPU by
-// q5k_host.cu and timed against the library's GEMV on GGUF-stored Q5_K by
-// q5k_lab.py. Q5_K is Q4_K plus a fifth bit per value, so the layout is Q4_K's
+// layout_host.cu and timed against the library's GEMV on GGUF-stored Q5_K by
+// layout_lab.py. Q5_K is Q4_K plus a fifth bit per value, so the layout is Q4_K's
 // (QA, QB: the chunk's 32 quant bytes; HD: d, dmin and the 6-bit scales/mins)
 // plus HB [N, K/64, 8]: the chunk's 64 fifth bits, arranged so that one shift
 // and one mask put the bits of any 4 values at bit 4 of their bytes:
