@@ -101,7 +101,7 @@ RAW_GEMV_FORMATS = ("Q5_K", "Q3_K", "IQ4_NL", "IQ3_S")  # no GEMV layout: read a
 
 
 def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
-    from ..gguf import FORMATS, gguf_dequant, gguf_gemv, reference as gref, type_id
+    from ..gguf import FORMATS, gguf_dequant, gguf_gemv, packing, reference as gref, type_id
 
     dev = "cuda"
     figs, meta = [], {}
@@ -125,7 +125,7 @@ def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
             prefix = f"gguf_gemv/{fmt}/N{N}_K{K}"
             figs += bench.to_figures(res, prefix, SOURCE)
             meta[prefix] = {"weight_bytes": N * K // nv * nb,
-                            "layout": "gemv" if fmt in GEMV_FORMATS else "gguf",
+                            "layout": "gemv" if packing.supports(t, K) else "gguf",  # as gguf_gemv chooses
                             "note": "cublas_fp16 reads 2 bytes per weight; its frac_copy_bw uses the GGUF bytes"}
             del base_raw, w16
             torch.cuda.empty_cache()
