@@ -4,14 +4,18 @@ of the library.
 
     python tools/deltanet_lab/deltanet_lab.py [B ...]     # writes $OUT/deltanet_lab.json
 
-Variants (deltanet_lab.cu): "vcV_rR_mM" = V value columns per CTA (128 / V CTAs
-per head), R state rows per thread, hand-off mode M (0: fence + atomic as the
-library; 1: one acq_rel atomic after a CTA barrier; 2: no hand-off, output left
-unnormalized, an ablation; 3: the state read and written, nothing else, the
-launch shape's floor). Modes 0 and 1 must match the fp32 reference (output,
-state, conv state) before anything is timed; they are timed beside the
-library's launch shapes, fla's fused recurrent kernel (when installed), a
-state-sized copy_ and a one-element kernel, in one process.
+Variants (deltanet_lab.cu): "vcV_rR_mM_fF" = V value columns per CTA (128 / V
+CTAs per head), R state rows per thread, hand-off mode M (1: one acq_rel atomic
+after a CTA barrier, the last CTA of a head finishes it; 2: no hand-off, output
+left unnormalized, an ablation; 3: the state read and written, nothing else, the
+launch shape's floor; 4, 5: each CTA publishes its sum of squares with an epoch
+and waits for its head's others; 6: as 1 with the state stored after the
+hand-off; see the .cu), F = 1: fast SiLU/sigmoid. Modes 1, 4-6 must match the fp32
+reference (output, state, conv state) before anything is timed; all are timed
+beside the library's launch shapes, fla's fused recurrent kernel (when
+installed), a state-sized copy_ and a one-element kernel, in one process. The
+split hand-off's workspace is one per process, as in the library (so it stays
+in L2); the inputs rotate past L2.
 """
 import ctypes
 import json
@@ -34,26 +38,36 @@ lib.lab_deltanet.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 15 + [ctypes.c_
                                                                                           ctypes.c_void_p]
 VARIANTS = {}
 while True:
-    vc, rpt, mode = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-    if lib.lab_variant(len(VARIANTS), ctypes.byref(vc), ctypes.byref(rpt), ctypes.byref(mode)):
+    vc, rpt, mode, fast = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    if lib.lab_variant(len(VARIANTS), *(ctypes.byref(v) for v in (vc, rpt, mode, fast))):
         break
-    VARIANTS[len(VARIANTS)] = (f"vc{vc.value}_r{rpt.value}_m{mode.value}", mode.value)
+    VARIANTS[len(VARIANTS)] = (f"vc{vc.value}_r{rpt.value}_m{mode.value}_f{fast.value}", mode.value)
 BS = [int(a) for a in sys.argv[1:]] or [1, 4]
 L = reference.random_layer(H, HK, seed=1, device="cuda")
 out = {"variants": {n: i for i, (n, _) in VARIANTS.items()}, "check": {}, "time": {}}
 
 
+WS = {}
+
+
+def workspace(B, epochs):
+    """One per batch size and hand-off protocol (ws_cnt holds a counter or an epoch)."""
+    if (B, epochs) not in WS:
+        WS[B, epochs] = (torch.zeros(B * H * D, device="cuda"), torch.zeros(B * H * 32, device="cuda"),
+                         torch.zeros(B * H, dtype=torch.int32, device="cuda"))
+    return WS[B, epochs]
+
+
 def inputs(B, seed):
     X = reference.random_step(B, H, HK, seed=seed, dtype=torch.float16, device="cuda")
     S = reference.random_state(B, H, HK, seed=seed, dtype=torch.float16, device="cuda")
-    ws = (torch.zeros(B * H * D, device="cuda"), torch.zeros(B * H * 16, device="cuda"),
-          torch.zeros(B * H, dtype=torch.int32, device="cuda"))
     return (X["qkv"], X["z"], X["alpha"], X["beta"], S["conv_state"], torch.empty_like(S["conv_state"]),
-            S["state"], torch.full((B, H * D), float("nan"), dtype=torch.float16, device="cuda"), *ws)
+            S["state"], torch.full((B, H * D), float("nan"), dtype=torch.float16, device="cuda"))
 
 
-def run(i, qkv, z, a, b, cs, cs_out, st, o, wo, wss, wcnt):
+def run(i, qkv, z, a, b, cs, cs_out, st, o):
     B = qkv.shape[0]
+    wo, wss, wcnt = workspace(B, VARIANTS[i][1] in (4, 5))
     return lib.lab_deltanet(i, qkv.data_ptr(), z.data_ptr(), a.data_ptr(), b.data_ptr(), cs.data_ptr(),
                             cs_out.data_ptr(), st.data_ptr(), L["conv_w"].data_ptr(), L["ssm_a"].data_ptr(),
                             L["dt_bias"].data_ptr(), L["ssm_norm"].data_ptr(), o.data_ptr(), wo.data_ptr(),
@@ -69,7 +83,7 @@ for B in BS:
         head_order="gguf")
     chk = {}
     for i, (name, mode) in VARIANTS.items():
-        if mode > 1:
+        if mode in (2, 3):  # ablations: wrong output by design
             continue
         for rep in range(2):  # the second launch finds the counters the first one reset
             a2 = list(args)
