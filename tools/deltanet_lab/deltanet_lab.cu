@@ -13,6 +13,8 @@
 //         5: as 4, but waits and writes its output before storing its state
 //         6: as 1, but every CTA stores its state only after the hand-off's atomic, and the
 //            last CTA only after it has written the head's output
+//   SF    1: the state is loaded first, then the small inputs (0: small inputs first)
+//   MB    at least MB CTAs per SM (__launch_bounds__): caps registers so a batch's CTAs fit in one wave
 //   FAST  SiLU and sigmoid through __expf and __fdividef instead of expf and IEEE division
 // Round 2 (round 1 is in git history): the small inputs are loaded before the
 // state, so conv and gates run while the state streams in; the column sums use
@@ -69,8 +71,8 @@ __device__ __forceinline__ float silu_(float x) {
   else return x / (1.0f + expf(-x));
 }
 
-template <int VC, int RPT, int MODE, bool FAST>
-__global__ void __launch_bounds__((VC / 4) * (kDk / RPT), 1) lab_kernel(const Params p) {
+template <int VC, int RPT, int MODE, bool FAST, bool SF, int MB>
+__global__ void __launch_bounds__((VC / 4) * (kDk / RPT), MB) lab_kernel(const Params p) {
   constexpr int CG = VC / 4, RG = kDk / RPT, NT = CG * RG, NSPLIT = kDv / VC, NW = NT / 32;
   static_assert(NT % 32 == 0 && NT <= 1024, "threads");
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x;
@@ -79,6 +81,13 @@ __global__ void __launch_bounds__((VC / 4) * (kDk / RPT), 1) lab_kernel(const Pa
   const long long C = 2LL * p.HK * kDk + (long long)p.H * kDv;
   const long long bh = (long long)b * p.H + h;
 
+  float* S = p.state + bh * kDk * kDv + j * VC + cg * 4;
+  float4 s[RPT];
+  auto load_state = [&]() {
+#pragma unroll
+    for (int i = 0; i < RPT; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(S + (rg + RG * i) * kDv));
+  };
+  if constexpr (SF) load_state();
   // 1. Small inputs first: they come back ahead of the state, so the conv and
   //    the gates are done by the time the state has arrived.
   const float alpha = __half2float(__ldg(p.alpha + bh));
@@ -117,10 +126,7 @@ __global__ void __launch_bounds__((VC / 4) * (kDk / RPT), 1) lab_kernel(const Pa
   }
   // Modes 4, 5: this launch's epoch is one past the last one's (ws_cnt holds it per head).
   const unsigned epoch = (MODE == 4 || MODE == 5) ? static_cast<unsigned>(__ldcg(p.ws_cnt + bh)) + 1u : 0u;
-  float* S = p.state + bh * kDk * kDv + j * VC + cg * 4;
-  float4 s[RPT];
-#pragma unroll
-  for (int i = 0; i < RPT; ++i) s[i] = __ldcs(reinterpret_cast<const float4*>(S + (rg + RG * i) * kDv));
+  if constexpr (!SF) load_state();
   const float decay = expf(a_h * softplus(alpha + dt_h));
   if constexpr (MODE == 3) {
 #pragma unroll
@@ -304,24 +310,23 @@ __global__ void __launch_bounds__((VC / 4) * (kDk / RPT), 1) lab_kernel(const Pa
   if (MODE == 6) store_state();
 }
 
-template <int VC, int RPT, int MODE, int FAST>
+template <int VC, int RPT, int MODE, int FAST, int SF, int MB>
 int launch(const Params& p, cudaStream_t s) {
-  lab_kernel<VC, RPT, MODE, FAST != 0><<<dim3(kDv / VC, p.H, p.B), (VC / 4) * (kDk / RPT), 0, s>>>(p);
+  lab_kernel<VC, RPT, MODE, FAST != 0, SF != 0, MB><<<dim3(kDv / VC, p.H, p.B), (VC / 4) * (kDk / RPT), 0, s>>>(p);
   T4_RETURN_LAUNCH_STATUS();
 }
 
-// (VC, RPT, MODE, FAST) of every variant, in the order Python indexes them.
-#define LAB_VARIANTS(X)                                                                                     \
-  X(128, 8, 1, 1) X(64, 8, 1, 1) X(32, 8, 1, 1) X(16, 8, 1, 1)                                              \
-  X(64, 8, 4, 1) X(32, 8, 4, 1) X(16, 8, 4, 1) X(64, 8, 5, 1) X(32, 8, 5, 1) X(16, 8, 5, 1)                 \
-  X(64, 8, 6, 1) X(32, 8, 6, 1) X(16, 8, 6, 1) X(8, 8, 4, 1) X(16, 4, 4, 1)                                 \
-  X(128, 8, 2, 1) X(64, 8, 2, 1) X(16, 8, 2, 1) X(128, 8, 3, 0) X(64, 8, 3, 0) X(16, 8, 3, 0)
+// (VC, RPT, MODE, FAST, SF, MB) of every variant, in the order Python indexes them.
+#define LAB_VARIANTS(X)                                                                                 \
+  X(128, 8, 1, 0, 1, 1) X(64, 8, 1, 0, 1, 1) X(64, 8, 1, 0, 1, 3) X(64, 8, 1, 0, 1, 4) X(32, 8, 1, 0, 1, 6) \
+  X(32, 8, 1, 0, 1, 1) X(128, 8, 1, 0, 1, 2) X(64, 8, 2, 0, 1, 1) X(64, 8, 2, 0, 1, 3)                    \
+  X(64, 8, 1, 1, 1, 3) X(64, 8, 4, 0, 1, 3)
 
 }  // namespace
 
-T4_API int lab_variant(int i, int* vc, int* rpt, int* mode, int* fast) {
+T4_API int lab_variant(int i, int* vc, int* rpt, int* mode, int* fast, int* sf, int* mb) {
   int k = 0;
-#define X(a, b, c, d) if (k++ == i) { *vc = a; *rpt = b; *mode = c; *fast = d; return 0; }
+#define X(a, b, c, d, e, f) if (k++ == i) { *vc = a; *rpt = b; *mode = c; *fast = d; *sf = e; *mb = f; return 0; }
   LAB_VARIANTS(X)
 #undef X
   return -1;
@@ -334,7 +339,7 @@ T4_API int lab_deltanet(int i, const half* qkv, const half* z, const half* alpha
   const Params p{qkv, z, alpha, beta, conv_in, conv_out, state, conv_w, ssm_a, dt_bias, ssm_norm, out,
                  ws_o, ws_ss, ws_cnt, B, H, HK, head_order, eps};
   int k = 0;
-#define X(a, b, c, d) if (k++ == i) return launch<a, b, c, d>(p, s);
+#define X(a, b, c, d, e, f) if (k++ == i) return launch<a, b, c, d, e, f>(p, s);
   LAB_VARIANTS(X)
 #undef X
   return static_cast<int>(cudaErrorInvalidValue);

@@ -10,7 +10,8 @@ after a CTA barrier, the last CTA of a head finishes it; 2: no hand-off, output
 left unnormalized, an ablation; 3: the state read and written, nothing else, the
 launch shape's floor; 4, 5: each CTA publishes its sum of squares with an epoch
 and waits for its head's others; 6: as 1 with the state stored after the
-hand-off; see the .cu), F = 1: fast SiLU/sigmoid. Modes 1, 4-6 must match the fp32
+hand-off; see the .cu), F = 1: fast SiLU/sigmoid, S = 1: the state is loaded
+before the small inputs, MB: at least MB CTAs per SM (a register cap). Modes 1, 4-6 must match the fp32
 reference (output, state, conv state) before anything is timed; all are timed
 beside the library's launch shapes, fla's fused recurrent kernel (when
 installed), a state-sized copy_ and a one-element kernel, in one process. The
@@ -38,10 +39,11 @@ lib.lab_deltanet.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 15 + [ctypes.c_
                                                                                           ctypes.c_void_p]
 VARIANTS = {}
 while True:
-    vc, rpt, mode, fast = ctypes.c_int(), ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
-    if lib.lab_variant(len(VARIANTS), *(ctypes.byref(v) for v in (vc, rpt, mode, fast))):
+    vc, rpt, mode, fast, sf, mb = (ctypes.c_int() for _ in range(6))
+    if lib.lab_variant(len(VARIANTS), *(ctypes.byref(v) for v in (vc, rpt, mode, fast, sf, mb))):
         break
-    VARIANTS[len(VARIANTS)] = (f"vc{vc.value}_r{rpt.value}_m{mode.value}_f{fast.value}", mode.value)
+    VARIANTS[len(VARIANTS)] = (f"vc{vc.value}_r{rpt.value}_m{mode.value}_f{fast.value}_s{sf.value}_mb{mb.value}",
+                               mode.value)
 BS = [int(a) for a in sys.argv[1:]] or [1, 4]
 L = reference.random_layer(H, HK, seed=1, device="cuda")
 out = {"variants": {n: i for i, (n, _) in VARIANTS.items()}, "check": {}, "time": {}}
