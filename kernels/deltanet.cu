@@ -14,7 +14,8 @@
 // split launch exploits: grid (128 / VC, H, B), each CTA owning VC columns.
 // With more than one CTA per head the per-head RMSNorm needs every column: each
 // CTA leaves its o slice and partial sum of squares in a workspace, and the last
-// CTA to finish a head (atomic counter, reset by that CTA) writes the head's output.
+// CTA to finish a head (one acq_rel atomic counter, reset by that CTA) writes the
+// head's output. Launch knobs, results and ablations: tools/deltanet_lab/.
 //
 // The key-head map is selectable: head_order 0 (Hugging Face) kh = h / (H / HK);
 // head_order 1 (qwen35 GGUF, value heads tiled) kh = h % HK.
@@ -42,6 +43,15 @@ template <> __device__ __forceinline__ float from_f<float>(float x) { return x; 
 __device__ __forceinline__ float silu(float x) { return x / (1.0f + expf(-x)); }
 // torch.nn.functional.softplus (beta 1, threshold 20).
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+// Atomic add with acquire-release semantics at GPU scope (sm_70+). After a CTA
+// barrier it publishes every write of the CTA before it (bar.sync orders them
+// before thread 0's release), so no thread needs a __threadfence of its own.
+__device__ __forceinline__ int atom_add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
 
 // Read-only activation load (the inputs are never written during the step).
 __device__ __forceinline__ half ldg_x(const half* p) { return __ldg(p); }
@@ -75,44 +85,32 @@ struct Params {
   float eps;
 };
 
-// Sum over the block of three values; every thread gets the totals.
-template <int NT>
-__device__ __forceinline__ float3 block_sum3(float a, float b, float c, float (*red)[3]) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    a += __shfl_xor_sync(0xffffffffu, a, o);
-    b += __shfl_xor_sync(0xffffffffu, b, o);
-    c += __shfl_xor_sync(0xffffffffu, c, o);
-  }
-  constexpr int kWarps = NT / 32;
-  if (kWarps == 1) return make_float3(a, b, c);
-  const int w = threadIdx.x / 32;
-  if ((threadIdx.x & 31) == 0) { red[w][0] = a; red[w][1] = b; red[w][2] = c; }
-  __syncthreads();
-  float3 r = make_float3(0.f, 0.f, 0.f);
-#pragma unroll
-  for (int i = 0; i < kWarps; ++i) { r.x += red[i][0]; r.y += red[i][1]; r.z += red[i][2]; }
-  __syncthreads();
-  return r;
-}
+// CTAs per SM that __launch_bounds__ asks for: a register cap (at most 64K /
+// (kMinCtas * threads) each) that keeps a batch's CTAs in one wave. On the H200
+// the split-2 kernel took 87 registers uncapped, two CTAs per SM: at B = 4 its
+// 384 CTAs ran in two waves, 12.95 us against 10.67 us capped at three per SM
+// (tools/deltanet_lab, round 5).
+template <int VC>
+constexpr int kMinCtas = VC == 128 ? 2 : VC == 64 ? 3 : VC == 32 ? 6 : 8;
 
 // One CTA: batch row b = blockIdx.z, value head h = blockIdx.y, columns
 // [blockIdx.x * VC, +VC). NT = 4 * VC threads: VC/4 column groups (a float4 of
-// S each) x 16 row groups (8 rows each).
+// S each) x 16 row groups (8 rows each); thread t has column group t % (VC/4).
 template <int VC, typename TX, typename TO>
-__global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params p) {
-  constexpr int NT = 4 * VC, CG = VC / 4, NSPLIT = kDv / VC;
+__global__ void __launch_bounds__(4 * VC, kMinCtas<VC>) deltanet_decode_kernel(const Params p) {
+  constexpr int NT = 4 * VC, CG = VC / 4, NSPLIT = kDv / VC, NW = NT / 32;
   const int j = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t = threadIdx.x;
-  const int cg = t % CG, rg = t / CG;
+  const int cg = t % CG, rg = t / CG, w = t / 32;
   const int ratio = p.H / p.HK;
   const int kh = p.head_order == 0 ? h / ratio : h % p.HK;
   const long long C = 2LL * p.HK * kDk + (long long)p.H * kDv;
   const long long bh = (long long)b * p.H + h;
 
-  // 1. Issue every global load up front: the state (the only DRAM-heavy
-  //    traffic) and all the small inputs, so their latencies overlap instead
-  //    of adding up (read-only loads: the compiler may not hoist them past the
-  //    conv_out stores otherwise). ld.global.cs for S: streamed, read once.
+  // 1. Issue every global load up front, the state first (the only DRAM-heavy
+  //    traffic: loaded first, it measured faster than behind the small inputs),
+  //    so the latencies overlap instead of adding up (read-only loads: the
+  //    compiler may not hoist them past the conv_out stores otherwise).
+  //    ld.global.cs for S: streamed, read once.
   float* S = p.state + bh * kDk * kDv + j * VC + cg * 4;
   float4 s[kRows];
 #pragma unroll
@@ -142,21 +140,21 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
   const float a_h = __ldg(p.ssm_a + h), dt_h = __ldg(p.dt_bias + h);
   // Output gate inputs of the columns this thread may write (all 128 when split:
   // any CTA of the head can be the one that finishes it).
-  constexpr int kOutIters = (kDv + NT - 1) / NT;
+  constexpr int kOutCols = NSPLIT == 1 ? VC : kDv, kOutIters = (kOutCols + NT - 1) / NT;
   const TX* zp = static_cast<const TX*>(p.z) + bh * kDv;
   float zs[kOutIters], nw[kOutIters];
 #pragma unroll
   for (int it = 0; it < kOutIters; ++it) {
     const int c = t + it * NT;
-    const bool need = NSPLIT == 1 ? c < VC : c < kDv;
-    zs[it] = need ? to_f(ldg_x(zp + c)) : 0.f;
-    nw[it] = need ? __ldg(p.ssm_norm + c) : 0.f;
+    zs[it] = c < kOutCols ? to_f(ldg_x(zp + c)) : 0.f;
+    nw[it] = c < kOutCols ? __ldg(p.ssm_norm + c) : 0.f;
   }
 
   __shared__ float sq[kDk], sk[kDk], sv[VC], sdelta[VC];
-  __shared__ __align__(16) float red_u[kRowGroups][VC];
-  __shared__ __align__(16) float red_p[kRowGroups][VC];
-  __shared__ float red3[NT / 32 > 0 ? NT / 32 : 1][3];
+  __shared__ __align__(16) float red_u[NW][VC];
+  __shared__ __align__(16) float red_p[NW][VC];
+  __shared__ float red_n[NW][3], s_ss[NW];
+  __shared__ float s_rk;
   __shared__ int s_last;
 
   // 2. Causal conv (+SiLU); exactly one CTA per channel writes conv_out.
@@ -182,79 +180,108 @@ __global__ void __launch_bounds__(4 * VC, 1) deltanet_decode_kernel(const Params
   const float beta = 1.0f / (1.0f + expf(-beta_in));
   __syncthreads();
 
-  // 3. L2 norms of q and k and the raw dot k.q in one block reduction.
-  float aq = 0.f, ak = 0.f, aqk = 0.f;
-  for (int i = t; i < kDk; i += NT) {
-    const float qi = sq[i], ki = sk[i];
-    aq = fmaf(qi, qi, aq); ak = fmaf(ki, ki, ak); aqk = fmaf(qi, ki, aqk);
-  }
-  const float3 sums = block_sum3<NT>(aq, ak, aqk, red3);
-  const float rq = rsqrtf(sums.x + 1e-6f) * rsqrtf(static_cast<float>(kDk));  // q scale incl. 1/sqrt(d)
-  const float rk = rsqrtf(sums.y + 1e-6f);
-  const float kq = sums.z * rq * rk;                                          // (normalized k) . (scaled q)
-
-  // 4. Column sums S^T k and S^T q over this thread's rows, then over the 16 row groups.
-  float kr[kRows], qr[kRows];
+  // 3. Column sums S^T k and S^T q with the raw (unnormalized) k and q: the L2
+  //    norms are per-head scalars applied after the reduction, so they ride in
+  //    it (column group 0 also sums |q|^2, |k|^2, q.k over its rows) instead of
+  //    costing a block reduction of their own before it.
+  float kraw[kRows], qraw[kRows];
 #pragma unroll
-  for (int i = 0; i < kRows; ++i) { kr[i] = sk[rg + kRowGroups * i] * rk; qr[i] = sq[rg + kRowGroups * i] * rq; }
-  float4 u = make_float4(0.f, 0.f, 0.f, 0.f), pq = u;
+  for (int i = 0; i < kRows; ++i) { kraw[i] = sk[rg + kRowGroups * i]; qraw[i] = sq[rg + kRowGroups * i]; }
+  float u[4] = {0.f, 0.f, 0.f, 0.f}, pq[4] = {0.f, 0.f, 0.f, 0.f}, nrm[3] = {0.f, 0.f, 0.f};
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
-    u.x = fmaf(s[i].x, kr[i], u.x); u.y = fmaf(s[i].y, kr[i], u.y);
-    u.z = fmaf(s[i].z, kr[i], u.z); u.w = fmaf(s[i].w, kr[i], u.w);
-    pq.x = fmaf(s[i].x, qr[i], pq.x); pq.y = fmaf(s[i].y, qr[i], pq.y);
-    pq.z = fmaf(s[i].z, qr[i], pq.z); pq.w = fmaf(s[i].w, qr[i], pq.w);
+    const float e[4] = {s[i].x, s[i].y, s[i].z, s[i].w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) { u[c] = fmaf(e[c], kraw[i], u[c]); pq[c] = fmaf(e[c], qraw[i], pq[c]); }
+    nrm[0] = fmaf(qraw[i], qraw[i], nrm[0]);
+    nrm[1] = fmaf(kraw[i], kraw[i], nrm[1]);
+    nrm[2] = fmaf(qraw[i], kraw[i], nrm[2]);
   }
-  *reinterpret_cast<float4*>(&red_u[rg][cg * 4]) = u;
-  *reinterpret_cast<float4*>(&red_p[rg][cg * 4]) = pq;
+  // Row groups: first across the lanes of a warp with the same column group
+  // (lane distance CG, 2 CG, ...), then across warps through shared memory.
+#pragma unroll
+  for (int off = CG; off < 32; off <<= 1) {
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      u[c] += __shfl_xor_sync(0xffffffffu, u[c], off);
+      pq[c] += __shfl_xor_sync(0xffffffffu, pq[c], off);
+    }
+#pragma unroll
+    for (int c = 0; c < 3; ++c) nrm[c] += __shfl_xor_sync(0xffffffffu, nrm[c], off);
+  }
+  if ((t & 31) < CG) {
+    *reinterpret_cast<float4*>(&red_u[w][cg * 4]) = make_float4(u[0], u[1], u[2], u[3]);
+    *reinterpret_cast<float4*>(&red_p[w][cg * 4]) = make_float4(pq[0], pq[1], pq[2], pq[3]);
+  }
+  if ((t & 31) == 0) { red_n[w][0] = nrm[0]; red_n[w][1] = nrm[1]; red_n[w][2] = nrm[2]; }
   __syncthreads();
   float o = 0.f;
   if (t < VC) {
-    float uu = 0.f, pp = 0.f;
+    float uu = 0.f, pp = 0.f, qq = 0.f, kk = 0.f, qk = 0.f;
 #pragma unroll
-    for (int g = 0; g < kRowGroups; ++g) { uu += red_u[g][t]; pp += red_p[g][t]; }
-    const float d = beta * (sv[t] - decay * uu);  // delta = beta (v - S'^T k), S' = decay S
+    for (int g = 0; g < NW; ++g) {
+      uu += red_u[g][t]; pp += red_p[g][t]; qq += red_n[g][0]; kk += red_n[g][1]; qk += red_n[g][2];
+    }
+    const float rq = rsqrtf(qq + 1e-6f) * rsqrtf(static_cast<float>(kDk));  // q scale incl. 1/sqrt(d)
+    const float rk = rsqrtf(kk + 1e-6f);
+    const float d = beta * (sv[t] - decay * (uu * rk));  // delta = beta (v - S'^T k), S' = decay S
     sdelta[t] = d;
-    o = fmaf(d, kq, decay * pp);                  // o = decay S^T q + delta (k . q)
+    o = fmaf(d, qk * rq * rk, decay * (pp * rq));      // o = decay S^T q + delta (k . q)
+    if (t == 0) s_rk = rk;
   }
   __syncthreads();
 
-  // 5. S_new = decay S + k delta^T, written once (st.global.cs: streamed).
-  //    The split launch first publishes its slice of o (step 6): its fence then
-  //    waits only for those few bytes, and the state stores drain meanwhile.
+  // 4. S_new = decay S + k delta^T, written once (st.global.cs: streamed).
   auto store_state = [&]() {
     const float4 dl = *reinterpret_cast<const float4*>(&sdelta[cg * 4]);
+    const float rk = s_rk;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) {
+      const float kr = kraw[i] * rk;
       float4 n;
-      n.x = fmaf(kr[i], dl.x, decay * s[i].x); n.y = fmaf(kr[i], dl.y, decay * s[i].y);
-      n.z = fmaf(kr[i], dl.z, decay * s[i].z); n.w = fmaf(kr[i], dl.w, decay * s[i].w);
+      n.x = fmaf(kr, dl.x, decay * s[i].x); n.y = fmaf(kr, dl.y, decay * s[i].y);
+      n.z = fmaf(kr, dl.z, decay * s[i].z); n.w = fmaf(kr, dl.w, decay * s[i].w);
       __stcs(reinterpret_cast<float4*>(S + (rg + kRowGroups * i) * kDv), n);
     }
   };
+  // Sum of o^2 over this CTA's columns (threads t < VC): warp shuffles, then the
+  // few warp partials through shared memory after the caller's barrier.
+  constexpr int kSsWarps = (VC + 31) / 32;
+  auto warp_ss = [&]() {
+    float ss = t < VC ? o * o : 0.f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, off);
+    if ((t & 31) == 0 && w < kSsWarps) s_ss[w] = ss;
+  };
+  auto cta_ss = [&]() {
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kSsWarps; ++i) ss += s_ss[i];
+    return ss;
+  };
 
-  // 6. Output gate: RMSNorm over the head's 128 values * ssm_norm * SiLU(z).
+  // 5. Output gate: RMSNorm over the head's 128 values * ssm_norm * SiLU(z).
   TO* op = static_cast<TO*>(p.out) + bh * kDv;
-  if (NSPLIT == 1) {
+  if constexpr (NSPLIT == 1) {
     store_state();
-    const float ss = block_sum3<NT>(t < VC ? o * o : 0.f, 0.f, 0.f, red3).x;
-    if (t < VC) {
-      const float r = rsqrtf(ss / kDv + p.eps);
-      op[t] = from_f<TO>(nw[0] * (o * r) * silu(zs[0]));
-    }
+    warp_ss();
+    __syncthreads();
+    const float r = rsqrtf(cta_ss() / kDv + p.eps);
+    if (t < VC) op[t] = from_f<TO>(nw[0] * (o * r) * silu(zs[0]));
     return;
   }
-  // Split launch: publish this slice, the last CTA of the head finishes it.
+  // Split launch: publish this slice, the last CTA of the head finishes it. The
+  // slice goes out before the state, so the release waits only for those bytes.
   if (t < VC) p.ws_o[bh * kDv + j * VC + t] = o;
-  const float ss = block_sum3<NT>(t < VC ? o * o : 0.f, 0.f, 0.f, red3).x;
-  if (t == 0) p.ws_ss[bh * NSPLIT + j] = ss;
-  __threadfence();  // make this CTA's slice visible device-wide before counting it
-  __syncthreads();
-  if (t == 0) s_last = atomicAdd(p.ws_cnt + bh, 1) == NSPLIT - 1;
+  warp_ss();
+  __syncthreads();  // every write of the CTA so far precedes thread 0's release
+  if (t == 0) {
+    p.ws_ss[bh * NSPLIT + j] = cta_ss();
+    s_last = atom_add_acq_rel(p.ws_cnt + bh, 1) == NSPLIT - 1;
+  }
   store_state();
-  __syncthreads();
+  __syncthreads();  // after thread 0's acquire: the other CTAs' slices are visible
   if (!s_last) return;
-  __threadfence();  // order the counter read before the slice reads below
   float tot = 0.f;
 #pragma unroll
   for (int i = 0; i < NSPLIT; ++i) tot += __ldcg(p.ws_ss + bh * NSPLIT + i);  // fixed order: deterministic

@@ -3,8 +3,9 @@
 // Bulk: out[b*kValues + i] = value i of block b, fp32 (bit-exact with gguf-py's
 // dequantize) or fp16 (that value rounded once). One thread per 8 values.
 // GEMV: y[m, n] = sum_k x[m, k] W[n, k] through kernels/gemv.cuh. Two entry
-// points: t4_gguf_gemv_packed (Q8_0, Q4_K, Q6_K, IQ4_XS in the aligned GEMV
-// layout of t4lib/ops/gguf/packing.py, traits in gguf_formats.cuh), and
+// points: t4_gguf_gemv_packed (Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS in the
+// aligned GEMV layout of t4lib/ops/gguf/packing.py, traits in
+// gguf_formats.cuh), and
 // t4_gguf_gemv on W as GGUF lays it out (row n = K / kValues contiguous
 // blocks) for every format: that trait decodes a 32-value chunk with the same
 // per-format routine as the bulk path (byte loads), rounds to fp16 and feeds
@@ -128,6 +129,24 @@ struct Tuning<GgufTrait<F>, M> {
   static constexpr int kMinBlocks =
       M == 1 ? (F::kType == t4::gguf::IQ4_XS::kType ? 2 : 3) : (M == 2 ? 2 : (M <= 4 ? 5 : 4));
 };
+// IQ4_NL and IQ3_S (lookups in registers / through L1) take fewer rows. Same
+// sweep, second round, us at 17408x5120 / 5120x17408 against the 4-row tuning
+// above ('lib' there):
+//   IQ3_S, 2 rows at <= 80 registers (6 CTAs per SM): M = 1 51.0 / 49.3
+//   against 51.3 / 53.5; M = 2 57.0 / 55.0 against 97.7 / 65.3.
+//   IQ4_NL spills at 2 rows under 80 registers; without spills: M = 1, 1 row
+//   at <= 80: 57.2 / 57.2 against 60.2 / 61.4; M = 2, 2 rows at <= 128 (4 CTAs
+//   per SM): 58.2 / 62.3 against 108.3 / 69.2 (1 row: 70.8 / 74.8).
+template <int M, int R1, int MB1, int R2, int MB2>
+struct RawLookupTuning {
+  static constexpr int R = M == 1 ? R1 : (M == 2 ? R2 : 1);
+  static constexpr int U = 1;
+  static constexpr int kMinBlocks = M == 1 ? MB1 : (M == 2 ? MB2 : (M <= 4 ? 5 : 4));
+};
+template <int M>
+struct Tuning<GgufTrait<t4::gguf::IQ4_NL>, M> : RawLookupTuning<M, 1, 6, 2, 4> {};
+template <int M>
+struct Tuning<GgufTrait<t4::gguf::IQ3_S>, M> : RawLookupTuning<M, 2, 6, 2, 6> {};
 }  // namespace gemv
 }  // namespace t4
 
@@ -152,6 +171,13 @@ struct PackedTuning {
 };
 template <int M>
 struct Tuning<t4::gguf::gv::PQ4_K, M> : PackedTuning<M> {};
+// Q5_K and Q3_K: Q4_K's tuning (Q3_K, like Q6_K, spills at M = 2 under 168
+// registers), as their layouts were timed in tools/gemv_lab (Q5_K at
+// 17408x5120, M = 1: 29.2 us, results/nvidia-h200/q5k_lab.json).
+template <int M>
+struct Tuning<t4::gguf::gv::PQ5_K, M> : PackedTuning<M> {};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ3_K, M> : PackedTuning<M, 2> {};
 template <int M>
 struct Tuning<t4::gguf::gv::PQ6_K, M> : PackedTuning<M, 2> {};
 template <int M>
@@ -197,7 +223,7 @@ T4_API int t4_gguf_gemv(int ggml_type, const uint8_t* w, const half* x, half* y,
 }
 
 // y [M, N] fp16 = x [M, K] fp16 @ W^T with W in the GEMV layout of
-// t4lib/ops/gguf/packing.py (Q8_0, Q4_K, Q6_K, IQ4_XS; K a multiple of 64;
+// t4lib/ops/gguf/packing.py (Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS; K a multiple of 64;
 // w 16-byte aligned; x 16-byte aligned).
 T4_API int t4_gguf_gemv_packed(int ggml_type, const uint8_t* w, const half* x, half* y, int M, int N, int K,
                                int max_ctas, cudaStream_t stream) {
@@ -218,7 +244,9 @@ T4_API int t4_gguf_gemv_packed(int ggml_type, const uint8_t* w, const half* x, h
   a.M = M;
   switch (ggml_type) {
     case Q8_0::kType: return t4::gemv::launch<gv::PQ8_0>(a, max_ctas, stream);
+    case Q3_K::kType: return t4::gemv::launch<gv::PQ3_K>(a, max_ctas, stream);
     case Q4_K::kType: return t4::gemv::launch<gv::PQ4_K>(a, max_ctas, stream);
+    case Q5_K::kType: return t4::gemv::launch<gv::PQ5_K>(a, max_ctas, stream);
     case Q6_K::kType: return t4::gemv::launch<gv::PQ6_K>(a, max_ctas, stream);
     case IQ4_XS::kType: return t4::gemv::launch<gv::PIQ4_XS>(a, max_ctas, stream);
     default: return static_cast<int>(cudaErrorInvalidValue);

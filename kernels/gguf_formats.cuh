@@ -9,6 +9,7 @@
 // are byte or 16-bit loads (fp16 scales sit at even offsets).
 #pragma once
 #include <cstring>
+#include <type_traits>
 #include "common.cuh"
 #include "gemv.cuh"
 
@@ -263,10 +264,11 @@ struct IQ3_S {
 // (quant planes) and 2/4/8-byte (scale fields) loads, all naturally aligned.
 //
 // Arithmetic: Q8_0 turns each quant into an exact fp32 integer with one prmt
-// (the byte into the mantissa of 2^23) and one subtraction; Q4_K and Q6_K
-// (quants < 128) with one prmt into 0.5 + q/256 (see byte_h). Sums of x*q run
-// per sub-block in fp32 and the sub-block scale (and min) is applied once:
-// d*sc*sum(x*q) - dmin*m*sum(x). IQ4_XS looks the 4-bit codebook index up in a
+// (the byte into the mantissa of 2^23) and one subtraction; Q3_K, Q4_K, Q5_K
+// and Q6_K (quants < 128) with one prmt into 0.5 + q/256 (see byte_h), the
+// bits of a quant split over planes first joined with one shift and one mask
+// per 4 values. Sums of x*q run per sub-block in fp32 and the sub-block scale
+// (and min) is applied once: d*sc*sum(x*q) - dmin*m*sum(x). IQ4_XS looks the 4-bit codebook index up in a
 // 16-byte table held in 4 registers (3 prmt per 4 values, no memory access),
 // builds fp16 kv/128 exactly (magic 8 + t/128 minus 9) and takes half2 dot
 // products of 8 values (as gemv.cuh's dot8), scaled by 128*d*(sc-32) in fp32.
@@ -394,6 +396,15 @@ T4G_HD float dot8h(const uint32_t (&w)[4], uint4 xv) {
 
 constexpr int kChunk = 64;
 
+// S[r][m] += sum_i xa[i] * w[r][i]: 8 activations of row m of x against the R rows' 8 weights
+template <int M, int R>
+T4G_HD void fma_rows(const float (&xa)[8], const float (&w)[R][8], int m, float (&S)[R][M]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int i = 0; i < 8; ++i) S[r][m] += xa[i] * w[r][i];
+}
+
 // Offsets shared by the layouts: plane p (16 bytes per chunk) and the byte
 // where the planes end.
 T4G_HD long long chunk_off(const Weights& w, int n, int c) { return ((long long)n * (w.K / kChunk) + c) * 16; }
@@ -401,15 +412,29 @@ T4G_HD long long plane_bytes(const Weights& w) { return (long long)w.N * (w.K / 
 // super-block (256 values) index of chunk c of row n
 T4G_HD long long sblock(const Weights& w, int n, int c) { return (long long)n * (w.K / 256) + (c >> 2); }
 
-// ------------------------------------------------------------------ Q4_K
-struct PQ4_K {
+// ------------------------------------------------------------------ Q4_K, Q5_K
+// Q4_K: QA, QB (the chunk's 32 quant bytes as stored: byte i = value i | value
+// 32 + i << 4), HD (the block header as stored). Q5_K: the same sections from
+// its own quant bytes and header, then HB [N, K/64, 8], the chunk's 64 fifth
+// bits arranged so that one shift and one mask put the bits of any 4 values
+// at bit 4 of their bytes: word s (0, 1) bit 8k + 2ww + e = fifth bit of value
+// 32e + 16s + 4ww + k of the chunk. 5-bit quants are still < 128, so one dot
+// (byte_h's 0.5 + q/256) serves both formats.
+template <bool kFifth>
+struct PK45 {
   static constexpr int kChunk = gv::kChunk;
-  struct Frag { uint4 a, b, h; };
+  struct Bits {};                            // Q4_K: no fifth-bit plane
+  struct Bits5 { uint2 u; };                 // Q5_K: the chunk's HB words
+  struct Frag : std::conditional_t<kFifth, Bits5, Bits> { uint4 a, b, h; };
+  T4G_HD static long long hb_off(const Weights& w, int n, int c) {
+    return 2 * plane_bytes(w) + (long long)w.N * (w.K / 256) * 16 + ((long long)n * (w.K / kChunk) + c) * 8;
+  }
   T4G_HD static void load(Frag& f, const Weights& w, int n, int c) {
     const long long o = chunk_off(w, n, c), pb = plane_bytes(w);
     f.a = ld16(w.data + o);
     f.b = ld16(w.data + pb + o);
     f.h = ld16(w.data + 2 * pb + sblock(w, n, c) * 16);
+    if constexpr (kFifth) f.u = ld8(w.data + hb_off(w, n, c));
   }
   // scale and min of sub-blocks 2p + e (e = 0, 1) from the 16-byte header
   T4G_HD static void scales(const uint4& h, int p, float (&D)[2], float (&Mn)[2]) {
@@ -424,6 +449,8 @@ struct PQ4_K {
       Mn[e] = dmin * static_cast<float>(mn);
     }
   }
+  // bits 8k + b of u moved to bit 8k + 4 (the fifth bit of byte k's quant); b compile-time
+  T4G_HD static uint32_t fifth(uint32_t u, int b) { return (b <= 4 ? u << (4 - b) : u >> (b - 4)) & 0x10101010u; }
   template <int M, int R>
   T4G_HD static void dot(const Frag (&f)[R], const Weights&, int c, const half* __restrict__ x, long long ldx,
                          float (&acc)[R][M]) {
@@ -446,8 +473,13 @@ struct PQ4_K {
         const uint32_t q[8] = {f[r].a.x, f[r].a.y, f[r].a.z, f[r].a.w, f[r].b.x, f[r].b.y, f[r].b.z, f[r].b.w};
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
-          const uint32_t wd = q[2 * g + hf];
-          const uint32_t lo = wd & 0x0F0F0F0Fu, hi = (wd >> 4) & 0x0F0F0F0Fu;
+          const int wi = 2 * g + hf;  // word wi: values 4wi..4wi+3 (low nibbles) and 32+4wi.. (high)
+          uint32_t lo = q[wi] & 0x0F0F0F0Fu, hi = (q[wi] >> 4) & 0x0F0F0F0Fu;
+          if constexpr (kFifth) {  // value 4wi + k: word wi >> 2, bit 8k + 2(wi & 3) (+1 for 32 + 4wi + k)
+            const uint32_t u = wi < 4 ? f[r].u.x : f[r].u.y;
+            lo |= fifth(u, 2 * (wi & 3));
+            hi |= fifth(u, 2 * (wi & 3) + 1);
+          }
 #pragma unroll
           for (int k = 0; k < 4; ++k) {
             wl[r][4 * hf + k] = byte_h(lo, k);  // 0.5 + q/256
@@ -487,6 +519,91 @@ struct PQ4_K {
         a -= Mn[r][1] * X1[m];
         acc[r][m] = a;
       }
+  }
+};
+using PQ4_K = PK45<false>;
+using PQ5_K = PK45<true>;
+
+// ------------------------------------------------------------------ Q3_K
+// Sections, chunk c of row n (64 values; chunk p = c & 3 of its 256-value
+// block, value v of the chunk = value 64p + v of the block):
+//   QA [N, K/64, 16]: the 2-bit quants; word w bits 8k + 2j, 8k + 2j + 1 =
+//      value 16w + 4j + k, so one shift and one mask give 4 values' bytes;
+//   HB [N, K/64, 8]: the third bits (hmask); word s bit 8k + jj = value 32s + 4jj + k;
+//   SC [N, K/256, 12]: the block's 6-bit scales as stored; D [N, K/256] fp16.
+// Value = d * (scale_s - 32) * (q3 - 4), q3 = q2 | hbit << 2, s the 16-value
+// sub-block: the dot sums x * (0.5 + q3/256) exactly in fp32 (byte_h) and the
+// x sums, and applies each sub-block's scale once.
+struct PQ3_K {
+  static constexpr int kChunk = gv::kChunk;
+  struct Frag { uint4 q; uint2 u; uint32_t s0, s1, s2, d; };
+  T4G_HD static void load(Frag& f, const Weights& w, int n, int c) {
+    const long long nc = (long long)w.N * (w.K / kChunk), nb = (long long)w.N * (w.K / 256);
+    const long long chunk = (long long)n * (w.K / kChunk) + c, blk = sblock(w, n, c);
+    f.q = ld16(w.data + chunk * 16);
+    f.u = ld8(w.data + nc * 16 + chunk * 8);
+    const uint8_t* sc = w.data + nc * 24 + blk * 12;
+    f.s0 = ld4(sc);
+    f.s1 = ld4(sc + 4);
+    f.s2 = ld4(sc + 8);
+    f.d = ld2(w.data + nc * 24 + nb * 12 + blk * 2);
+  }
+  // d * (scale - 32) of sub-block s (0..15) of the block, as Q3_K::dequant8:
+  // low 4 bits = nibble s >> 3 of scale byte s & 7, high 2 bits = pair s >> 2 of byte 8 + (s & 3)
+  T4G_HD static float dscale(const Frag& f, int s) {
+    const uint32_t lo_w = (s & 7) < 4 ? f.s0 : f.s1;
+    const uint32_t lo = ((lo_w >> (8 * (s & 3))) >> (4 * (s >> 3))) & 0xFu;
+    const uint32_t hi = ((f.s2 >> (8 * (s & 3))) >> (2 * (s >> 2))) & 0x3u;
+    return h2f(f.d) * static_cast<float>(static_cast<int>(lo | (hi << 4)) - 32);
+  }
+  // bits 8k + jj of u moved to bit 8k + 2 (the third bit of byte k's quant); jj compile-time
+  T4G_HD static uint32_t third(uint32_t u, int jj) { return (jj <= 2 ? u << (2 - jj) : u >> (jj - 2)) & 0x04040404u; }
+  template <int M, int R>
+  T4G_HD static void dot(const Frag (&f)[R], const Weights&, int c, const half* __restrict__ x, long long ldx,
+                         float (&acc)[R][M]) {
+#pragma unroll
+    for (int sb = 0; sb < 4; ++sb) {  // 16-value sub-block 4p + sb: values 16sb.. of the chunk (QA word sb)
+      float S[R][M], X[M];
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        X[m] = 0.f;
+#pragma unroll
+        for (int r = 0; r < R; ++r) S[r][m] = 0.f;
+      }
+#pragma unroll
+      for (int h8 = 0; h8 < 2; ++h8) {  // values 16sb + 8h8 .. +7
+        float wq[R][8];                  // exact floats 0.5 + q3/256
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t words[4] = {f[r].q.x, f[r].q.y, f[r].q.z, f[r].q.w};
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int j = 2 * h8 + h;        // values 16sb + 4j + k
+            const int v0 = 16 * sb + 4 * j;  // = 32s + 4jj: HB word s, bit 8k + jj
+            const uint32_t u = v0 < 32 ? f[r].u.x : f[r].u.y;
+            // the 2-bit quants of values v0..v0+3 in bits 0-1 of bytes 0..3, the third bit in bit 2
+            const uint32_t q3 = ((words[sb] >> (2 * j)) & 0x03030303u) | third(u, (v0 & 31) >> 2);
+#pragma unroll
+            for (int k = 0; k < 4; ++k) wq[r][4 * h + k] = byte_h(q3, k);
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xa[8];
+          x8(ld16(x + m * ldx + (long long)c * kChunk + 16 * sb + 8 * h8), xa);
+#pragma unroll
+          for (int i = 0; i < 8; ++i) X[m] += xa[i];
+          fma_rows<M, R>(xa, wq, m, S);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const float ds = dscale(f[r], 4 * (c & 3) + sb);
+#pragma unroll
+        for (int m = 0; m < M; ++m)  // sum x*(q3 - 4) = 256 * (sum x*q3' - sum x / 2) - 4 sum x
+          acc[r][m] += ds * (256.f * (S[r][m] - 0.5f * X[m]) - 4.f * X[m]);
+      }
+    }
   }
 };
 
@@ -684,10 +801,7 @@ struct PQ8_0 {
         for (int m = 0; m < M; ++m) {
           float xa[8];
           x8(ld16(x + m * ldx + (long long)c * kChunk + 8 * g), xa);
-#pragma unroll
-          for (int r = 0; r < R; ++r)
-#pragma unroll
-            for (int i = 0; i < 8; ++i) S[r][m] += xa[i] * wf[r][i];
+          fma_rows<M, R>(xa, wf, m, S);
         }
       }
 #pragma unroll

@@ -175,7 +175,7 @@ def _call(**over):
 
 
 def test_auto_variant_follows_batch_size():
-    assert [dn._split_of("auto", B) for B in (1, 2, 4, 16)] == [1, 2, 2, 2]
+    assert [dn._split_of("auto", B) for B in (1, 2, 4, 16)] == [2, 2, 2, 2]
     assert dn._split_of("head", 4) == 1 and dn._split_of("split", 1) == dn.VARIANTS["split"]
     assert all(dn.auto_split(B) in dn.SPLITS for B in range(1, 9))
 

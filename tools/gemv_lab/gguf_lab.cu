@@ -45,7 +45,9 @@ T4_API int lab_gguf_gemv(int type, int v, int M, const void* w, const void* x, v
   const t4::gemv::Args a = lab::block_args(w, 0, x, y, M, N, K);
   switch (type) {
     case Q8_0::kType: return variant<gv::PQ8_0>(v, M, a, st);
+    case Q3_K::kType: return variant<gv::PQ3_K>(v, M, a, st);
     case Q4_K::kType: return variant<gv::PQ4_K>(v, M, a, st);
+    case Q5_K::kType: return variant<gv::PQ5_K>(v, M, a, st);
     case Q6_K::kType: return variant<gv::PQ6_K>(v, M, a, st);
     case IQ4_XS::kType: return variant<gv::PIQ4_XS>(v, M, a, st);
     default: return 1;

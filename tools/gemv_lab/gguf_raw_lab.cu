@@ -1,8 +1,10 @@
 // M = 1, 2 launch-tuning variants of the GGUF GEMV on W as GGUF lays it out
-// (kernels/gguf.cu's GgufTrait: Q3_K, Q5_K, IQ4_NL, IQ3_S and layout="gguf"),
+// (kernels/gguf.cu's GgufTrait: IQ4_NL, IQ3_S, and the others with layout="gguf"),
 // for tools/gemv_lab/gguf_raw_lab.py (not part of the library). A variant is
 // the library's trait with other Tuning knobs: R rows per warp, U chunks per
-// load stage, MB minimum CTAs per SM.
+// load stage, MB minimum CTAs per SM; variant 8 is the trait under the
+// library's own Tuning, so a build against an earlier commit's kernels/
+// (labbuild.py --before) is that commit's library.
 #include "gguf.cu"
 #include "lab_tuning.cuh"
 
@@ -12,7 +14,7 @@ int raw_variant_m(int v, const t4::gemv::Args& a, cudaStream_t st) {
   using t4::gemv::launch_m;
   using T = GgufTrait<F>;
   switch (v) {
-    case 0: return launch_m<lab::Tuned<T, 1, 1, false, 6>, M>(a, 0, st);  // the library's M <= 2 tuning
+    case 0: return launch_m<lab::Tuned<T, 1, 1, false, 6>, M>(a, 0, st);  // the tuning before the 4-row sweep
     case 1: return launch_m<lab::Tuned<T, 2, 1, false, 4>, M>(a, 0, st);
     case 2: return launch_m<lab::Tuned<T, 4, 1, false, 4>, M>(a, 0, st);
     case 3: return launch_m<lab::Tuned<T, 4, 1, false, 3>, M>(a, 0, st);
@@ -20,6 +22,7 @@ int raw_variant_m(int v, const t4::gemv::Args& a, cudaStream_t st) {
     case 5: return launch_m<lab::Tuned<T, 4, 1, false, 2>, M>(a, 0, st);
     case 6: return launch_m<lab::Tuned<T, 2, 1, false, 6>, M>(a, 0, st);
     case 7: return launch_m<lab::Tuned<T, 8, 1, false, 2>, M>(a, 0, st);
+    case 8: return launch_m<T, M>(a, 0, st);  // the library's Tuning of the kernels/ it was built from
     default: return 1;
   }
 }

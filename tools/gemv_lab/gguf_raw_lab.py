@@ -1,17 +1,18 @@
-"""M = 1, 2 launch-tuning sweep of the GGUF GEMV on W as GGUF lays it out (the
-formats without a GEMV layout: Q3_K, Q5_K, IQ4_NL, IQ3_S; Q4_K as read with
+"""M = 1, 2 launch-tuning sweep of the GGUF GEMV on W as GGUF lays it out
+(IQ4_NL, IQ3_S, which have no GEMV layout; Q3_K, Q5_K, Q4_K as read with
 layout="gguf"). Not part of the library.
 
-    python tools/gemv_lab/gguf_raw_lab.py [M ...]     # writes $OUT/gguf_raw_lab.json
+    python tools/gemv_lab/labbuild.py --before COMMIT gguf_raw_lab.cu   # optional, where nvcc runs
+    python tools/gemv_lab/gguf_raw_lab.py [M ...] [FMT,...]   # writes $OUT/gguf_raw_lab.json
 
 Variants (gguf_raw_lab.cu): R rows per warp, U chunks per load stage, "mbN" =
-at least N CTAs per SM. Variant 0 is the tuning before the sweep (1 row x 1
-chunk); "lib" is the library's GEMV as it stands. "before" (when
-build/gguf_raw_lab_before.so exists: this lab built from the sources of an
-earlier commit, see labbuild.py) is that build's variant 0, i.e. the library
-of that commit, timed in the same process. Outputs must match the library's
-within fp32 reassociation, relative to the largest output (a different R can
-change the split-K of the shape).
+at least N CTAs per SM. Variant 0 is 1 row x 1 chunk (the tuning before the
+first sweep); "lib" is the library's GEMV as it stands. "before" (when
+build/gguf_raw_lab_before.so exists: this lab built against the kernels/ of
+an earlier commit) is that build's variant 8, the trait under that commit's
+own Tuning, i.e. the library of that commit, timed in the same process.
+Outputs must match the library's within fp32 reassociation, relative to the
+largest output (a different R can change the split-K of the shape).
 """
 import ctypes
 import json
@@ -34,8 +35,10 @@ BEFORE = Path(__file__).with_name("build") / "gguf_raw_lab_before.so"
 before = ctypes.CDLL(str(BEFORE)) if BEFORE.exists() else None
 if before is not None:
     before.lab_gguf_raw_gemv.argtypes = ARGS
+LIB_TUNING = 8  # variant: the library's own Tuning (used only for "before")
 V = {0: "R1U1mb6", 1: "R2U1mb4", 2: "R4U1mb4", 3: "R4U1mb3", 4: "R2U2mb3", 5: "R4U1mb2", 6: "R2U1mb6", 7: "R8U1mb2"}
-MS = [int(a) for a in sys.argv[1:]] or [1, 2]
+MS = [int(a) for a in sys.argv[1:] if a.isdigit()] or [1, 2]
+FMTS = next((a.split(",") for a in sys.argv[1:] if not a.isdigit()), ["Q3_K", "Q5_K", "IQ4_NL", "IQ3_S", "Q4_K"])
 out = {"variants": V, "gemv": {}, "check": {}}
 
 
@@ -46,7 +49,7 @@ def lab(t, v, M, w, x, y, N, K, so=lib):
 
 for M in MS:
     for N, K in ((FFN, HIDDEN), (HIDDEN, FFN)):
-        for fmt in ("Q3_K", "Q5_K", "IQ4_NL", "IQ3_S", "Q4_K"):
+        for fmt in FMTS:
             t = type_id(fmt)
             nv, nb = FORMATS[t][1], FORMATS[t][2]
             key = f"M{M}/{fmt}/N{N}_K{K}"
@@ -61,7 +64,7 @@ for M in MS:
                 chk[name] = [st, float((y.float() - ref).abs().max() / ref.abs().max())]
             if before is not None:
                 y = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-                st = lab(t, 0, M, raw, x, y, N, K, so=before)
+                st = lab(t, LIB_TUNING, M, raw, x, y, N, K, so=before)
                 torch.cuda.synchronize()
                 chk["before"] = [st, float((y.float() - ref).abs().max() / ref.abs().max())]
             out["check"][key] = chk
@@ -81,7 +84,7 @@ for M in MS:
             cases = {n: case(v) for v, n in V.items()}
             cases["lib"] = (lambda w, x, y: gguf_gemv(w, t, x, N, K, backend="cuda", layout="gguf", out=y), make)
             if before is not None:
-                cases["before"] = (lambda w, x, y: lab(t, 0, M, w, x, y, N, K, so=before), make)
+                cases["before"] = (lambda w, x, y: lab(t, LIB_TUNING, M, w, x, y, N, K, so=before), make)
             cases["copy_same_bytes"] = (lambda d, s_: d.copy_(s_),
                                         lambda: (torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda"),
                                                  torch.empty(nbytes // 2, dtype=torch.uint8, device="cuda")))

@@ -11,7 +11,7 @@ gates, the state update with the single-pass shortcut
 its launch shape: ``"head"`` (one CTA per value head and batch row) or
 ``"split"`` (each head's 128 value columns split over several CTAs), an
 explicit CTAs-per-head count 1, 2, 4 or 8, or ``"auto"`` (the default: the
-launch shape measured fastest for the batch size, :func:`auto_split`).
+launch shape measured fastest, :func:`auto_split`).
 """
 from __future__ import annotations
 
@@ -29,11 +29,13 @@ VARIANTS = {"head": 1, "split": 4}
 
 
 def auto_split(B: int) -> int:
-    """CTAs per head for ``variant="auto"``. On the H200 at the 27B shape
-    (results/nvidia-h200/qwen35_deltanet.json) one CTA per head was fastest at
-    B = 1 (6.0 us; 2, 4, 8 CTAs: 6.2, 6.5, 7.0 us) and 2 CTAs at B = 4 (11.1 us;
-    1, 4, 8: 13.5, 14.1, 16.5). B = 2, 3 were not measured and take 2."""
-    return 1 if B == 1 else 2
+    """CTAs per head for ``variant="auto"``: two, at every batch size. On the H200
+    at the 27B shape (results/nvidia-h200/qwen35_deltanet.json) two CTAs per head
+    were fastest at B = 1 (5.53 us; one per head 5.87, four 5.78) and at B = 4
+    (10.20 us; 10.56, 10.47). The lab (tools/deltanet_lab round 5) had them
+    within 0.2 us of one CTA per head at B = 2 and 4, either way."""
+    return 2
+
 
 _WS: dict = {}
 

@@ -96,8 +96,8 @@ def decode_step(B: int, quick: bool = False) -> tuple[list[dict], dict]:
     return figs, meta
 
 
-GEMV_FORMATS = ("Q4_K", "Q6_K", "IQ4_XS", "Q8_0")  # the four, read in the GEMV layout
-RAW_GEMV_FORMATS = ("Q5_K", "Q3_K", "IQ4_NL", "IQ3_S")  # no GEMV layout: read as GGUF stores them
+GEMV_FORMATS = ("Q4_K", "Q6_K", "IQ4_XS", "Q8_0", "Q5_K", "Q3_K")  # read in the GEMV layout
+RAW_GEMV_FORMATS = ("IQ4_NL", "IQ3_S")  # no GEMV layout: read as GGUF stores them
 
 
 def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:

@@ -7,18 +7,18 @@
 in and out, fp32 accumulation (M <= 8). Formats: Q8_0, Q3_K, Q4_K, Q5_K, Q6_K,
 IQ4_NL, IQ4_XS, IQ3_S.
 
-GEMV layout: on the CUDA path, Q8_0, Q4_K, Q6_K and IQ4_XS weights (K a
-multiple of 64) are read from an aligned copy in the layout of
+GEMV layout: on the CUDA path, Q8_0, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS
+weights (K a multiple of 64) are read from an aligned copy in the layout of
 :mod:`.packing` (a byte permutation of the blocks: same size, 16-byte coalesced
 loads). The copy is made once per weight tensor, on first use, and kept while
 that tensor lives; it is made again if the tensor is modified in place through
 PyTorch (its version counter changes). Writes that bypass PyTorch's version
 counter (raw pointers) are not seen: call :func:`clear_gemv_cache` after them.
 ``layout="gguf"`` forces the kernel that reads the GGUF blocks as stored.
-Q3_K, Q5_K, IQ4_NL and IQ3_S have no GEMV layout and always take that kernel,
-which decodes values from byte loads: on an H200 it reads 0.13-0.20 of copy
-bandwidth at M = 1, slower than fp16 weights through cuBLAS for Q3_K and Q5_K
-(results/nvidia-h200/qwen35_deltanet.json). It saves memory, not time.
+IQ4_NL and IQ3_S have no GEMV layout and always take that kernel, which
+decodes values from byte loads: on an H200 it read 0.13-0.20 of copy bandwidth
+at M = 1 (results/nvidia-h200/qwen35_deltanet.json, measured when Q3_K and Q5_K
+took it too: there they were slower than fp16 weights through cuBLAS).
 To keep only the aligned copy on the device (half the weight memory), pack
 once with :func:`pack_for_gemv` and call :func:`gguf_gemv_packed`.
 """
@@ -117,8 +117,8 @@ def _gemv_layout(raw: torch.Tensor, t: int, N: int, K: int) -> torch.Tensor:
 
 def _require_gemv_layout(t: int, K: int, prefix: str = "") -> None:
     if not packing.supports(t, K):
-        raise ValueError(f"{prefix}{FORMATS[t][0]} with K={K} has no GEMV layout (Q8_0, Q4_K, Q6_K, IQ4_XS with K a "
-                         f"multiple of 64)")
+        raise ValueError(f"{prefix}{FORMATS[t][0]} with K={K} has no GEMV layout "
+                         f"({', '.join(packing.PACKED.values())} with K a multiple of {packing.CHUNK})")
 
 
 def _check_gemv_io(x: torch.Tensor, out: torch.Tensor | None, N: int, K: int) -> int:

@@ -7,7 +7,14 @@ using t4::gguf::host::dispatch;
 
 int main(int argc, char** argv) {
   return t4::gguf::host::host_main(argc, argv, [](int t, int M, int R, const Weights& w, const half* x, float* y) {
-    return t == 8 ? dispatch<PQ8_0>(M, R, w, x, y) : t == 12 ? dispatch<PQ4_K>(M, R, w, x, y)
-         : t == 14 ? dispatch<PQ6_K>(M, R, w, x, y) : t == 23 ? dispatch<PIQ4_XS>(M, R, w, x, y) : 4;
+    switch (t) {
+      case 8: return dispatch<PQ8_0>(M, R, w, x, y);
+      case 11: return dispatch<PQ3_K>(M, R, w, x, y);
+      case 12: return dispatch<PQ4_K>(M, R, w, x, y);
+      case 13: return dispatch<PQ5_K>(M, R, w, x, y);
+      case 14: return dispatch<PQ6_K>(M, R, w, x, y);
+      case 23: return dispatch<PIQ4_XS>(M, R, w, x, y);
+      default: return 4;
+    }
   });
 }
