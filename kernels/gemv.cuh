@@ -30,8 +30,8 @@
 //     __device__ static void dot(const Frag (&f)[R], const t4::gemv::Weights& w, int c,
 //                                const half* __restrict__ x, long long ldx, float (&acc)[R][M]);
 //     // Optional tuning knobs (t4::gemv::Tuning<Format, M>, defaults below): rows
-//     // per warp R, chunks per lane and load stage U, kMinBlocks, and kPipe
-//     // (two register stages of loads), as a function of M.
+//     // per warp R, chunks per lane and load stage U, kMinBlocks, and kStages
+//     // (register stages of loads), as a function of M.
 //   };
 //
 // `t4::gemv::Weights` carries both layouts the formats need:
@@ -90,11 +90,12 @@ constexpr int kThreads = 32 * kWarps;
 // per warp reuse each x load across rows (x traffic grows with M); U x R
 // independent loads per lane hide DRAM latency without cp.async.
 // kMinBlocks feeds __launch_bounds__: 8 CTAs (32 warps) per SM caps registers at 64.
-// kPipe (optional, default false): double-buffer the loads in registers, so the
-// next U x R chunks are in flight while these are dequantized and multiplied.
-// Each warp then always has loads outstanding, instead of alternating between
-// waiting and computing; it pays off where dequantization is a large part of a
-// chunk's time (INT4, measured), at twice the registers of U.
+// kStages (optional, default 1; kPipe = true means 2): rotate ST register stages
+// of U x R chunks, so the next ST - 1 stages are in flight while one is
+// dequantized and multiplied. Each warp then always has loads outstanding,
+// instead of alternating between waiting and computing; it pays off where
+// dequantization is a large part of a chunk's time (INT4, measured), at ST
+// times the registers of one stage.
 template <class F, int M>
 struct Tuning {
   static constexpr int R = 2;
@@ -102,10 +103,15 @@ struct Tuning {
   static constexpr int kMinBlocks = M <= 2 ? 8 : (M <= 4 ? 5 : 4);
 };
 
+// Register stages of loads: Tuning::kStages if given, else 2 with kPipe, else 1.
 template <class T, class = void>
 struct PipeOf : std::false_type {};
 template <class T>
 struct PipeOf<T, std::void_t<decltype(T::kPipe)>> : std::bool_constant<T::kPipe> {};
+template <class T, class = void>
+struct StagesOf : std::integral_constant<int, PipeOf<T>::value ? 2 : 1> {};
+template <class T>
+struct StagesOf<T, std::void_t<decltype(T::kStages)>> : std::integral_constant<int, T::kStages> {};
 
 // Issue the loads of the U chunks c0, c0 + step, ... of the R rows (no arithmetic).
 template <class F, int R, int U>
@@ -160,23 +166,28 @@ __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kerne
       for (int m = 0; m < M; ++m) acc[r][m] = 0.f;
 
     // Lane l of K slice ks takes chunks l + 32 ks, then every 32 S-th; U of them per stage.
-    constexpr int kStep = 32 * S, kStage = kStep * U;
-    if (live && !PipeOf<Tuning<F, M>>::value) {
+    // With ST register stages, stage b + ST - 1 is loading while stage b computes, so
+    // (ST - 1) / ST of the fragment registers hold loads in flight at any time.
+    constexpr int kStep = 32 * S, kStage = kStep * U, ST = StagesOf<Tuning<F, M>>::value;
+    if (live && ST == 1) {
       for (int c0 = lane + 32 * ks; c0 < n_chunks; c0 += kStage) {
         typename F::Frag f[U][R];
         load_chunks<F, R, U>(f, a.w, rows, c0, kStep, n_chunks);  // all loads first: U x R in flight
         dot_chunks<F, M, R, U>(f, a, c0, kStep, n_chunks, acc);
       }
-    } else if (live) {  // two register stages: stage b + 1 loads while stage b computes
-      typename F::Frag f0[U][R], f1[U][R];
-      int c0 = lane + 32 * ks;
-      load_chunks<F, R, U>(f0, a.w, rows, c0, kStep, n_chunks);
-      for (; c0 < n_chunks; c0 += 2 * kStage) {
-        load_chunks<F, R, U>(f1, a.w, rows, c0 + kStage, kStep, n_chunks);
-        dot_chunks<F, M, R, U>(f0, a, c0, kStep, n_chunks, acc);
-        if (c0 + kStage >= n_chunks) break;
-        load_chunks<F, R, U>(f0, a.w, rows, c0 + 2 * kStage, kStep, n_chunks);
-        dot_chunks<F, M, R, U>(f1, a, c0 + kStage, kStep, n_chunks, acc);
+    } else if (live) {
+      typename F::Frag f[ST][U][R];
+      const int c_first = lane + 32 * ks;
+#pragma unroll
+      for (int b = 0; b + 1 < ST; ++b) load_chunks<F, R, U>(f[b], a.w, rows, c_first + b * kStage, kStep, n_chunks);
+      for (int c0 = c_first; c0 < n_chunks; c0 += ST * kStage) {
+#pragma unroll
+        for (int b = 0; b < ST; ++b) {  // buffer indices are compile-time after unrolling
+          const int c = c0 + b * kStage;
+          if (c >= n_chunks) break;
+          load_chunks<F, R, U>(f[(b + ST - 1) % ST], a.w, rows, c + (ST - 1) * kStage, kStep, n_chunks);
+          dot_chunks<F, M, R, U>(f[b], a, c, kStep, n_chunks, acc);
+        }
       }
     }
     // Butterfly reduction over the 32 lanes: fixed order, every lane ends with the sum.

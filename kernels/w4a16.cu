@@ -47,29 +47,32 @@ struct Int4G {
     const int gshift = __ffs(w.group_size) - 1;  // group_size is a power of two (host-checked)
     f.s = __ldg(w.scales + (long long)n * (w.K >> gshift) + ((c * kChunk) >> gshift));
   }
-  template <int M, int R>
-  __device__ __forceinline__ static void dot(const Frag (&f)[R], const Weights& w, int c,
-                                             const half* __restrict__ x, long long ldx, float (&acc)[R][M]) {
-    const uint32_t* q[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) q[r] = reinterpret_cast<const uint32_t*>(&f[r].q);
+  // acc[r][m] += chunk c of row r . x[m, chunk]; xv(m, j) yields word j (8 values) of row m of x.
+  template <int M, int R, class XV>
+  __device__ __forceinline__ static void dot_with(const Frag (&f)[R], XV xv, float (&acc)[R][M]) {
 #pragma unroll
     for (int j = 0; j < 4; ++j) {  // word j = values 8j..8j+7 of the chunk
       half2 wv[R][4];
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        t4::dequant_int4x8(q[r][j], wv[r]);           // exact integers as fp16 pairs
+        t4::dequant_int4x8(reinterpret_cast<const uint32_t*>(&f[r].q)[j], wv[r]);  // exact integers as fp16 pairs
         const half2 s2 = __half2half2(f[r].s);
 #pragma unroll
         for (int i = 0; i < 4; ++i) wv[r][i] = __hmul2(wv[r][i], s2);  // = reference fp16(q * s)
       }
 #pragma unroll
       for (int m = 0; m < M; ++m) {  // each x value read once, reused by the R rows
-        const uint4 xv = t4::gemv::ldg16(x + m * ldx + (long long)c * kChunk + 8 * j);
+        const uint4 x8 = xv(m, j);
 #pragma unroll
-        for (int r = 0; r < R; ++r) acc[r][m] = t4::gemv::dot8(wv[r], xv, acc[r][m]);
+        for (int r = 0; r < R; ++r) acc[r][m] = t4::gemv::dot8(wv[r], x8, acc[r][m]);
       }
     }
+  }
+  template <int M, int R>
+  __device__ __forceinline__ static void dot(const Frag (&f)[R], const Weights& w, int c,
+                                             const half* __restrict__ x, long long ldx, float (&acc)[R][M]) {
+    dot_with<M, R>(f, [&](int m, int j) { return t4::gemv::ldg16(x + m * ldx + (long long)c * kChunk + 8 * j); },
+                   acc);
   }
 };
 

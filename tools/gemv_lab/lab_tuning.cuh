@@ -1,12 +1,25 @@
-// A GEMV trait under other launch knobs, for the labs of this folder (not part
-// of the library): lab::Tuned<F, R, U, PIPE, MB> is trait F with R rows per
-// warp, U chunks per load stage, PIPE two register stages, MB minimum CTAs per SM.
+// A GEMV trait under other launch knobs, and the GEMV arguments, for the labs of
+// this folder (not part of the library): lab::Tuned<F, R, U, PIPE, MB> is trait F
+// with R rows per warp, U chunks per load stage, PIPE two register stages, MB
+// minimum CTAs per SM.
 #pragma once
 #include "gemv.cuh"
 
 namespace lab {
 template <class F, int R_, int U_, bool P_, int MB_>
 struct Tuned : F {};
+
+// INT4-g128 weights (qweight [N, K/8] int32, scales [N, K/128] fp16), M = 1.
+inline t4::gemv::Args int4_args(const void* qw, const void* sc, const void* x, void* y, int N, int K) {
+  t4::gemv::Args a;
+  a.w = {static_cast<const uint8_t*>(qw), static_cast<const half*>(sc), nullptr, (long long)K / 2, N, K, 128};
+  a.x = static_cast<const half*>(x);
+  a.ldx = K;
+  a.y = static_cast<half*>(y);
+  a.ldy = N;
+  a.M = 1;
+  return a;
+}
 
 inline t4::gemv::Args block_args(const void* w, long long row_bytes, const void* x, void* y, int M, int N, int K) {
   t4::gemv::Args a;

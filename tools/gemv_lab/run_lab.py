@@ -17,8 +17,8 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
+from int4_cases import baseline_cases, variant_case
 from labbuild import load
 from t4lib import bench
 from t4lib.ops.w4a16 import gemv
@@ -61,24 +61,12 @@ for K, N in shapes:
         raise SystemExit(f"{key}: variants that fail or differ from the library: {bad}")
 
     def lab_case(v, persist):
-        def fn(q, s, x, y):
-            lib.lab_gemv(v, q.data_ptr(), s.data_ptr(), x.data_ptr(), y.data_ptr(), N, K, persist,
-                         torch.cuda.current_stream().cuda_stream)
-
-        def mk():
-            return (*_rand_qw(N, K), torch.randn(1, K, device="cuda").half(),
-                    torch.empty(1, N, device="cuda", dtype=torch.float16))
-        return fn, mk
+        return variant_case(lambda q, s, x, y: lib.lab_gemv(v, q.data_ptr(), s.data_ptr(), x.data_ptr(), y.data_ptr(),
+                                                            N, K, persist, torch.cuda.current_stream().cuda_stream),
+                            K, N)
 
     nb = _qbytes(1, K, N)
-    cases = {
-        "cublas_fp16": (lambda x, w: F.linear(x, w), lambda: (torch.randn(1, K, device="cuda").half(),
-                                                              torch.randn(N, K, device="cuda").half())),
-        "lib": (lambda x, q, s: gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda"),
-                lambda: (torch.randn(1, K, device="cuda").half(), *_rand_qw(N, K))),
-        "copy_same_bytes": (lambda d, s_: d.copy_(s_), lambda: (torch.empty(nb // 2, dtype=torch.uint8, device="cuda"),
-                                                                torch.empty(nb // 2, dtype=torch.uint8, device="cuda"))),
-    }
+    cases = baseline_cases(K, N, "lib")
     for v in V:
         for persist in (1, 0):
             cases[f"{V[v]}/p{persist}"] = lab_case(v, persist)
