@@ -3,13 +3,12 @@ part of the library):
 
     python tools/gemv_lab/m1_lab.py xs|stages [VARIANTS]     # writes $OUT/<lab>_lab.json
 
-xs (xs_lab.cu): 0 = the library's row-group kernel as tuned before the stages lab, 1.. = an
-x-stationary kernel (x held in registers, K cut into one slice per warp) with R rows per task, W warps
-per CTA at most, MB CTAs per SM minimum (the register cap).
-stages (stage_lab.cu): the library's kernel with R rows per warp, U chunks per stage, ST register
-stages, MB CTAs per SM minimum, "/S<n>" the intra-CTA K split forced to n = 1 or 4 (else chosen from
-the shape);
-variant 0 is the library's tuning before the lab.
+xs (xs_lab.cu): 0 = the library's row-group kernel, 1.. = an x-stationary kernel (x held in registers,
+K cut into one slice per warp) with R rows per task, W warps per CTA at most, MB CTAs per SM minimum
+(the register cap).
+stages (stage_lab.cu): the library's kernel with R rows per warp, U chunks per stage, ST register stages,
+MB CTAs per SM minimum, "/S<n>" the intra-CTA K split forced to n = 1 or 4 (else chosen from the shape);
+variant 0 is the library's own tuning.
 Every variant must match the fp32 product of the dequantized weights to 1e-3 of its largest value
 before it is timed; a variant that does not take a shape (returns -1) is left out of that shape.
 """

@@ -1,7 +1,7 @@
 // An x-stationary M = 1 INT4 GEMV under several launch knobs, against the library's
-// row-group kernel, for tools/gemv_lab/xs_lab.py (not part of the library; measured on
-// an H200 it was no faster, see xs_lab.json). It compiles the library's w4a16 family
-// itself, so the trait is the library's Int4G.
+// row-group kernel, for `tools/gemv_lab/m1_lab.py xs` (not part of the library; measured
+// on an H200 it was no faster, see results/nvidia-h200/xs_lab.json). It compiles the
+// library's w4a16 family itself, so the trait is the library's Int4G.
 #include "w4a16.cu"
 #include "lab_tuning.cuh"
 
@@ -20,20 +20,27 @@ struct XsInt4 : Int4G {
     dot_with<M, R>(f, [&](int m, int j) { return xf[m].v[j]; }, acc);
   }
 };
+
+// Launch knobs: R rows per task, at most W warps (K slices) per CTA, MB CTAs per SM at least
+// (the register cap), at most P chunks per lane.
+template <int R_, int W_, int MB_, int P_>
+struct XsLab {
+  static constexpr int R = R_, kMaxWarps = W_, kMinBlocks = MB_, kMaxP = P_;
+};
 }  // namespace
 
 namespace t4 {
 namespace gemv {
-// The library's kernel reloads x for every row group (from L1). Here a CTA of S warps cuts K into S
-// slices of cpw chunks: lane l of warp w owns chunks w * cpw + l + 32 p
-// (p < P), loads their x once into registers and keeps it while the CTA
-// walks the rows, R at a time (two register stages of weight loads). Per R
+// The library's kernel reloads x for every row group (from L1). Here a CTA of S
+// warps cuts K into S slices of cpw chunks: lane l of warp w owns chunks
+// w * cpw + l + 32 p (p < P), loads their x once into registers and keeps it
+// while the CTA walks the rows, R at a time (two register stages of weight loads). Per R
 // rows each warp reduces its lanes' partials (a reduce-scatter over the lanes,
 // then a butterfly), and the S slice partials meet in shared memory and are
 // summed in slice order. Which lane and warp computes which partial depends
 // only on the shape: bit-identical for any grid.
 //
-// The trait (XsInt4 below) adds to the library's
+// The trait (XsInt4 above) adds to the library's
 //   struct XFrag { ... };                                  // x of one chunk, one row of x
 //   static void load_x(XFrag&, const half* x_row, int c);
 //   template <int M, int R> static void dot_x(const Frag (&f)[R], const XFrag (&xf)[M], float (&acc)[R][M]);
@@ -145,37 +152,27 @@ inline int launch_xs_p(const Args& a, int S, int cpw, int max_ctas, int sms, cud
 // Launch the x-stationary kernel if it takes this shape; returns -1 if it does not.
 template <class F, int M, class T>
 inline int launch_xs(const Args& a, int max_ctas, int sms, cudaStream_t stream) {
-  {
-    constexpr int W = T::kMaxWarps;
-    const int n_chunks = a.w.K / F::kChunk;
-    const int P = (n_chunks + 32 * W - 1) / (32 * W);  // fewest chunks per lane that fit W warps
-    const int S = (n_chunks + 32 * P - 1) / (32 * P);  // warps: slices of at most 32 P chunks
-    const int cpw = (n_chunks + S - 1) / S;            // balanced slices
-    if (P == 1) return launch_xs_p<F, M, T, 1>(a, S, cpw, max_ctas, sms, stream);
-    if constexpr (T::kMaxP >= 2)
-      if (P == 2) return launch_xs_p<F, M, T, 2>(a, S, cpw, max_ctas, sms, stream);
-    if constexpr (T::kMaxP >= 3)
-      if (P == 3) return launch_xs_p<F, M, T, 3>(a, S, cpw, max_ctas, sms, stream);
-    return -1;
-  }
+  constexpr int W = T::kMaxWarps;
+  const int n_chunks = a.w.K / F::kChunk;
+  const int P = (n_chunks + 32 * W - 1) / (32 * W);  // fewest chunks per lane that fit W warps
+  const int S = (n_chunks + 32 * P - 1) / (32 * P);  // warps: slices of at most 32 P chunks
+  const int cpw = (n_chunks + S - 1) / S;            // balanced slices
+  if (P == 1) return launch_xs_p<F, M, T, 1>(a, S, cpw, max_ctas, sms, stream);
+  if constexpr (T::kMaxP >= 2)
+    if (P == 2) return launch_xs_p<F, M, T, 2>(a, S, cpw, max_ctas, sms, stream);
+  if constexpr (T::kMaxP >= 3)
+    if (P == 3) return launch_xs_p<F, M, T, 3>(a, S, cpw, max_ctas, sms, stream);
+  return -1;
 }
 
 }  // namespace gemv
 }  // namespace t4
 
-namespace {
-template <int R_, int W_, int MB_, int P_>
-struct XsLab {
-  static constexpr int R = R_, kMaxWarps = W_, kMinBlocks = MB_, kMaxP = P_;
-};
-
-}  // namespace
-
-// variant 0: the row-group kernel the library took at M = 1 before (split from the shape);
-// 1..: the x-stationary kernel, knobs below. Returns a cudaError_t, or -1 where the variant
-// does not take the shape (K too long for its warps x chunks per lane).
+// variant 0: the library's row-group kernel at M = 1 (split from the shape); 1..: the
+// x-stationary kernel, knobs below. Returns a cudaError_t, or -1 where the variant does not
+// take the shape (K too long for its warps x chunks per lane).
 T4_API int xs_lab_gemv(int v, const void* qw, const void* sc, const void* x, void* y, int N, int K,
-                           cudaStream_t st) {
+                       cudaStream_t st) {
   using namespace t4::gemv;
   const Args a = lab::int4_args(qw, sc, x, y, N, K);
   int dev = 0, sms = 1;
