@@ -286,26 +286,33 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True) -> list[
 
 
 # What the labs of tools/gemv_lab tried on the M = 1 GEMV (recorded under results/nvidia-h200/):
-# (approach, lab file, shape, which cases count as the attempt, the library's case in that run).
+# (approach, kind, lab file, shape, which cases count as the attempt, the library's case in that run).
+# kind: "floor" (not a GEMV), "library numerics" (the same results as the library), "int8 activations" (other numerics).
 _ATTEMPTS = [
-    ("the same weight loads, no arithmetic (read floor)", "gemv_lab.json", "5120x17408", ("R2U4_RO/p1",), "lib"),
-    ("a copy_ of the same byte count", "xs_lab.json", "5120x17408", ("copy_same_bytes",), "rowgroup"),
-    ("x held in registers, no activation loads (best of 10)", "xs_lab.json", "5120x17408", "variants", "rowgroup"),
-    ("3-8 register stages of loads (best of 15)", "stages_lab.json", "5120x17408", "variants", "R2U2ST2MB4"),
-    ("dot products on the tensor cores (best of 3)", "mma_lab.json", "5120x17408", "variants", "lib"),
-    ("K split forced to 4 (17408x5120)", "stages_split_lab.json", "17408x5120", ("R2U2ST2MB4/S4",), "R2U2ST2MB4/S1"),
+    ("the same weight loads, no arithmetic (read floor)", "floor", "gemv_lab.json", "5120x17408", ("R2U4_RO/p1",),
+     "lib"),
+    ("a copy_ of the same byte count", "floor", "xs_lab.json", "5120x17408", ("copy_same_bytes",), "rowgroup"),
+    ("x held in registers, no activation loads (best of 10)", "library numerics", "xs_lab.json", "5120x17408",
+     "variants", "rowgroup"),
+    ("3-8 register stages of loads (best of 15)", "library numerics", "stages_lab.json", "5120x17408", "variants",
+     "R2U2ST2MB4"),
+    ("dot products on the tensor cores (best of 3)", "library numerics", "mma_lab.json", "5120x17408", "variants", "lib"),
+    ("K split forced to 4 (17408x5120)", "library numerics", "stages_split_lab.json", "17408x5120", ("R2U2ST2MB4/S4",),
+     "R2U2ST2MB4/S1"),
+    ("x quantized to int8, DP4A dot products (best of 8)", "int8 activations", "dp4a_lab.json", "5120x17408",
+     "variants", "library"),
 ]
 
 
 def recorded_gemv_attempts(root: str | Path | None = None) -> list[dict]:
     """The recorded lab attempts at the M = 1 INT4 GEMV (H200, MEASURED; ratios ARITHMETIC), each as its
     fastest case's median time beside the library's kernel timed in the same process:
-    ``{"approach", "shape", "case", "us", "library_us", "ratio", "source"}``, ``ratio`` = us / library_us
-    (above 1: slower than the library). "variants" means every variant the lab file lists except the
-    library's own tuning. Lab files that are not present are left out."""
+    ``{"approach", "kind", "shape", "case", "us", "library_us", "ratio", "source"}``, ``ratio`` = us /
+    library_us (above 1: slower than the library). "variants" means every variant the lab file lists except
+    the library's own tuning. Lab files that are not present are left out."""
     base = Path(root) if root else results.results_dir() / "nvidia-h200"
     rows = []
-    for approach, name, shape, cases, lib in _ATTEMPTS:
+    for approach, kind, name, shape, cases, lib in _ATTEMPTS:
         path = base / name
         if not path.is_file():
             continue
@@ -314,6 +321,6 @@ def recorded_gemv_attempts(root: str | Path | None = None) -> list[dict]:
         if cases == "variants":
             cases = [v for v in doc["variants"].values() if v != lib and "/S" not in v]
         us, case = min((timed[c]["us"], c) for c in cases if c in timed)
-        rows.append({"approach": approach, "shape": shape, "case": case, "us": us,
+        rows.append({"approach": approach, "kind": kind, "shape": shape, "case": case, "us": us,
                      "library_us": timed[lib]["us"], "ratio": us / timed[lib]["us"], "source": f"nvidia-h200/{name}"})
     return rows

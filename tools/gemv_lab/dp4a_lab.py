@@ -1,0 +1,104 @@
+"""W4A8 by DP4A (dp4a_lab.cu) at M = 1: the library's INT4-g128 weights against activations quantized to int8
+per block of 32, against the library (W4A16), cuBLAS fp16 and a same-size copy, on a GPU (not part of the
+library):
+
+    python tools/gemv_lab/dp4a_lab.py        # writes $OUT/dp4a_lab.json
+
+Checks before timing: each variant against the fp32 product of the exact weights q * s and the int8
+activations as the lab quantizes them (must agree to 1e-4 of the largest output: the kernel is right);
+then the error the int8 activations add against the fp32 product with the fp16 activations (reported, with
+the fraction of outputs inside the library's tolerance 2.5e-3 * (|x| @ |W|^T)). Timed: each variant on
+pre-quantized activations, the quantization alone, and quantization + variant 0 in one replay.
+"""
+import ctypes
+import json
+import os
+
+import torch
+
+from int4_cases import baseline_cases, variant_case
+from labbuild import load
+from t4lib import bench
+from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
+from t4lib.quant.w4a16 import QuantizedWeight
+
+OUT = os.environ.get("OUT", "/tmp/out")
+lib = load("dp4a_lab.cu")
+lib.dp4a_lab_quantize.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int, ctypes.c_void_p]
+lib.dp4a_lab_gemv.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 5 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
+V = {0: "R2U2pipeMB4", 1: "R2U4MB8", 2: "R4U2MB8", 3: "R2U2pipeMB6", 4: "R4U2pipeMB4", 5: "R2U4pipeMB4",
+     6: "R4U4MB4", 7: "R2U2MB8"}
+shapes = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896), (3584, 37888), (18944, 3584)]
+out = {"note": "tools/gemv_lab/dp4a_lab.py; medians in us over CUDA-graph replay with cold L2; frac = fraction of "
+               "the 1 GiB copy bandwidth on the W4A16 byte count (fp16 x); x_cublas = cuBLAS fp16 time / case time",
+       "device": torch.cuda.get_device_name(), "variants": V, "gemv": {}, "check": {}}
+
+
+def stream():
+    return torch.cuda.current_stream().cuda_stream
+
+
+def quantize(x, xq, ds, K):
+    return lib.dp4a_lab_quantize(x.data_ptr(), xq.data_ptr(), ds.data_ptr(), K, stream())
+
+
+def gemv(v, q, s, xq, ds, y, N, K):
+    return lib.dp4a_lab_gemv(v, q.data_ptr(), s.data_ptr(), xq.data_ptr(), ds.data_ptr(), y.data_ptr(), N, K, stream())
+
+
+def bufs(K):
+    return torch.empty(K, dtype=torch.int8, device="cuda"), torch.empty(K // 16, device="cuda")
+
+
+for K, N in shapes:
+    key = f"{K}x{N}"
+    q, s = _rand_qw(N, K)
+    x = torch.randn(1, K, device="cuda").half()
+    qw = QuantizedWeight(q, s, N, K, 128)
+    w32 = qw.unpack().float() * s.float().repeat_interleave(128, dim=1)       # exact q * s
+    blocks = x.float().view(-1, 32)
+    d = blocks.abs().amax(dim=1, keepdim=True) / 127
+    xq8 = torch.where(d > 0, torch.round(blocks / d), torch.zeros_like(blocks))
+    x8 = (xq8 * d).view(1, K)                                                   # the activations the kernel sees
+    ref8, ref = x8 @ w32.t(), x.float() @ qw.dequantize().float().t()
+    tol = 2.5e-3 * (x.float().abs() @ qw.dequantize().float().abs().t())
+    xq, ds = bufs(K)
+    assert quantize(x, xq, ds, K) == 0
+    chk = {}
+    for v in V:
+        y = torch.full((1, N), float("nan"), device="cuda", dtype=torch.float16)
+        st = gemv(v, q, s, xq, ds, y, N, K)
+        torch.cuda.synchronize()
+        kern_err = float((y.float() - ref8).abs().max() / ref8.abs().max())
+        if st != 0 or not kern_err < 1e-3:
+            raise SystemExit(f"{key} {V[v]}: status {st}, error against the int8-activation product {kern_err}")
+        chk[V[v]] = {"vs_int8_product": kern_err,
+                     "vs_fp16_product": float((y.float() - ref).abs().max() / ref.abs().max()),
+                     "frac_within_w4a16_tolerance": float(((y.float() - ref).abs() <= tol).float().mean())}
+    out["check"][key] = chk
+
+    cases = baseline_cases(K, N)
+
+    def mk_pre():
+        q_, s_ = _rand_qw(N, K)
+        xq_, ds_ = bufs(K)
+        quantize(torch.randn(1, K, device="cuda").half(), xq_, ds_, K)
+        return q_, s_, xq_, ds_, torch.empty(1, N, device="cuda", dtype=torch.float16)
+    for v in V:
+        cases[V[v]] = (lambda q_, s_, xq_, ds_, y_, v=v: gemv(v, q_, s_, xq_, ds_, y_, N, K), mk_pre)
+    cases["quantize_x_only"] = (lambda x_, xq_, ds_: quantize(x_, xq_, ds_, K),
+                                lambda: (torch.randn(1, K, device="cuda").half(), *bufs(K)))
+
+    def both(q_, s_, x_, y_):
+        xq_, ds_ = both.bufs
+        quantize(x_, xq_, ds_, K)
+        gemv(0, q_, s_, xq_, ds_, y_, N, K)
+    both.bufs = bufs(K)
+    cases["quantize_x+R2U2pipeMB4"] = variant_case(both, K, N)
+    res = bench.compare(cases, "cublas_fp16", bytes_moved=_qbytes(1, K, N), rounds=3, iters=20)
+    out["gemv"][key] = {n: {"us": st["median_s"] * 1e6, "frac": st.get("frac_copy_bw"),
+                            "x_cublas": st["speedup_vs_baseline"]} for n, st in res["cases"].items()}
+    for n, st in sorted(out["gemv"][key].items(), key=lambda kv: kv[1]["us"]):
+        print(f"  {key:12s} {n:24s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_cublas']:.2f}", flush=True)
+    print("  check", json.dumps(chk["R2U2pipeMB4"]), flush=True)
+    json.dump(out, open(f"{OUT}/dp4a_lab.json", "w"), indent=1)
