@@ -66,9 +66,6 @@ struct Int4Q8 : Int4G {
   }
 };
 
-template <int R_, int U_, bool P_, int MB_>
-struct Q8Tuned : Int4Q8 {};
-
 // PQ8_0's loads (4 planes of 16 quants, the two blocks' fp16 d); dot on int8 x in value order, aux = (d, -).
 struct PQ8_0Q8 : t4::gguf::gv::PQ8_0 {
   template <int M, int R>
@@ -99,24 +96,14 @@ struct PQ8_0Q8 : t4::gguf::gv::PQ8_0 {
   }
 };
 
-template <int R_, int U_, bool P_, int MB_>
-struct Q80Tuned : PQ8_0Q8 {};
 }  // namespace
 
-namespace t4 {
-namespace gemv {
-template <int R_, int U_, bool P_, int MB_, int M>
-struct Tuning<Q8Tuned<R_, U_, P_, MB_>, M> {
-  static constexpr int R = R_, U = U_, kMinBlocks = MB_;
-  static constexpr bool kPipe = P_;
-};
-template <int R_, int U_, bool P_, int MB_, int M>
-struct Tuning<Q80Tuned<R_, U_, P_, MB_>, M> {
-  static constexpr int R = R_, U = U_, kMinBlocks = MB_;
-  static constexpr bool kPipe = P_;
-};
-}  // namespace gemv
-}  // namespace t4
+// Launch knobs through lab::Tuned (lab_tuning.cuh): R rows per warp, U chunks per stage, P two register stages,
+// MB CTAs per SM at least.
+template <int R, int U, bool P, int MB>
+using Q8Tuned = lab::Tuned<Int4Q8, R, U, P, MB>;
+template <int R, int U, bool P, int MB>
+using Q80Tuned = lab::Tuned<PQ8_0Q8, R, U, P, MB>;
 
 // x [K] fp16 -> xq [K] int8 (permute: in the INT4 word order, else in value order), ds [K / 32]
 // (d, 8 d sum). K % 32 == 0.

@@ -17,9 +17,8 @@ import sys
 
 import torch
 
-from int4_cases import baseline_cases, variant_case
+from labcases import baseline_cases, time_cases, variant_case
 from labbuild import load
-from t4lib import bench
 from t4lib.ops.deltanet.bench import FFN, HIDDEN
 from t4lib.ops.gguf import gguf_dequant, gguf_gemv_packed, pack_for_gemv, reference as gref
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
@@ -120,11 +119,7 @@ def q8_0_lab():
         for v in V8:
             cases[V8[v]] = (lambda p_, xq_, ds_, y_, v=v: lib.dp4a_lab_q8_0(
                 v, p_.data_ptr(), xq_.data_ptr(), ds_.data_ptr(), y_.data_ptr(), N, K, stream()), mk_pre)
-        res = bench.compare(cases, "cublas_fp16", bytes_moved=nbytes, rounds=3, iters=20, max_sets=8)
-        res_out["gemv"][key] = {n: {"us": st["median_s"] * 1e6, "frac": st.get("frac_copy_bw"),
-                                    "x_cublas": st["speedup_vs_baseline"]} for n, st in res["cases"].items()}
-        for n, st in sorted(res_out["gemv"][key].items(), key=lambda kv: kv[1]["us"]):
-            print(f"  {key:14s} {n:18s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_cublas']:.2f}", flush=True)
+        time_cases(cases, "cublas_fp16", nbytes, key, res_out["gemv"], max_sets=8)
         print("  check", json.dumps(chk[V8[0]]), flush=True)
         json.dump(res_out, open(f"{OUT}/dp4a_q8_0_lab.json", "w"), indent=1)
 
@@ -157,16 +152,12 @@ for K, N in shapes:
     cases["quantize_x_only"] = (lambda x_, xq_, ds_: quantize(x_, xq_, ds_, K),
                                 lambda: (torch.randn(1, K, device="cuda").half(), *bufs(K)))
 
+    xq_b, ds_b = bufs(K)  # scratch of the chained case
+
     def both(q_, s_, x_, y_):
-        xq_, ds_ = both.bufs
-        quantize(x_, xq_, ds_, K)
-        gemv(0, q_, s_, xq_, ds_, y_, N, K)
-    both.bufs = bufs(K)
+        quantize(x_, xq_b, ds_b, K)
+        gemv(0, q_, s_, xq_b, ds_b, y_, N, K)
     cases["quantize_x+R2U2pipeMB4"] = variant_case(both, K, N)
-    res = bench.compare(cases, "cublas_fp16", bytes_moved=_qbytes(1, K, N), rounds=3, iters=20)
-    out["gemv"][key] = {n: {"us": st["median_s"] * 1e6, "frac": st.get("frac_copy_bw"),
-                            "x_cublas": st["speedup_vs_baseline"]} for n, st in res["cases"].items()}
-    for n, st in sorted(out["gemv"][key].items(), key=lambda kv: kv[1]["us"]):
-        print(f"  {key:12s} {n:24s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_cublas']:.2f}", flush=True)
+    time_cases(cases, "cublas_fp16", _qbytes(1, K, N), key, out["gemv"])
     print("  check", json.dumps(chk["R2U2pipeMB4"]), flush=True)
     json.dump(out, open(f"{OUT}/dp4a_lab.json", "w"), indent=1)

@@ -18,9 +18,8 @@ import sys
 
 import torch
 
-from int4_cases import baseline_cases, variant_case
+from labcases import baseline_cases, time_cases, variant_case
 from labbuild import load
-from t4lib import bench
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
@@ -70,10 +69,6 @@ for K, N in shapes:
     for v in V:
         for persist in (1, 0):
             cases[f"{V[v]}/p{persist}"] = lab_case(v, persist)
-    res = bench.compare(cases, "cublas_fp16", bytes_moved=nb, rounds=3, iters=20)
-    out["gemv"][key] = {n: {"us": st["median_s"] * 1e6, "frac": st.get("frac_copy_bw"),
-                            "x_cublas": st["speedup_vs_baseline"]} for n, st in res["cases"].items()}
-    for n, st in sorted(out["gemv"][key].items(), key=lambda kv: kv[1]["us"]):
-        print(f"  {key:12s} {n:22s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_cublas']:.2f}", flush=True)
+    time_cases(cases, "cublas_fp16", nb, key, out["gemv"])
 
 json.dump(out, open(f"{OUT}/lab.json", "w"), indent=1)
