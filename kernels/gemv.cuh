@@ -29,6 +29,10 @@
 //     template <int M, int R>
 //     __device__ static void dot(const Frag (&f)[R], const t4::gemv::Weights& w, int c,
 //                                const half* __restrict__ x, long long ldx, float (&acc)[R][M]);
+//     // Int8-activation traits (opt-in, W4A8 / W8A8 numerics) instead set
+//     // `static constexpr bool kInt8X = true;` and take the quantized x (see X8 below):
+//     //   template <int M, int R>
+//     //   __device__ static void dot(const Frag (&f)[R], const Weights& w, int c, const X8& x, float (&acc)[R][M]);
 //     // Optional tuning knobs (t4::gemv::Tuning<Format, M>, defaults below): rows
 //     // per warp R, chunks per lane and load stage U, kMinBlocks, and kStages
 //     // (register stages of loads), as a function of M.
@@ -73,8 +77,24 @@ struct Weights {
   int group_size;           // values per scale (separate-scale formats), else 0
 };
 
+// Activations quantized to int8 per block of 32 consecutive values of a row (llama.cpp's q8_1):
+// d = max |x| / 127 (fp32), q = rint(x / d), and the block's exact integer sum of q beside d (formats
+// with an offset, q_w = u - o, subtract o * sum once per block). Within each 8 values the int8
+// bytes are in value order, or in the INT4 word's nibble order (kNibbleOrder below) so that a
+// packed INT4 word's low and high nibbles meet their activations in one DP4A each.
+struct XBlock {
+  float d;
+  int sum;
+};
+struct X8 {
+  const int8_t* q;          // [M, K] int8, row stride ldq bytes
+  const XBlock* s;          // [M, K / 32], row stride lds blocks
+  long long ldq, lds;
+};
+
 struct Args {
   Weights w;
+  X8 x8;                    // int8 activations (kInt8X traits only), else unused
   const half* x;            // [M, K] activations, row stride ldx elements
   long long ldx;
   half* y;                  // [M, N] output, row stride ldy elements
@@ -127,13 +147,21 @@ __device__ __forceinline__ void load_chunks(typename F::Frag (&f)[U][R], const W
   }
 }
 
+// Traits that take int8 activations (kInt8X = true).
+template <class T, class = void>
+struct TakesX8 : std::false_type {};
+template <class T>
+struct TakesX8<T, std::void_t<decltype(T::kInt8X)>> : std::bool_constant<T::kInt8X> {};
+
 template <class F, int M, int R, int U>
 __device__ __forceinline__ void dot_chunks(const typename F::Frag (&f)[U][R], const Args& a, int c0, int step,
                                            int n_chunks, float (&acc)[R][M]) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
     const int c = c0 + u * step;
-    if (c < n_chunks) F::template dot<M, R>(f[u], a.w, c, a.x, a.ldx, acc);
+    if (c >= n_chunks) continue;
+    if constexpr (TakesX8<F>::value) F::template dot<M, R>(f[u], a.w, c, a.x8, acc);
+    else F::template dot<M, R>(f[u], a.w, c, a.x, a.ldx, acc);
   }
 }
 
@@ -142,7 +170,7 @@ __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kerne
   static_assert(kWarps % S == 0, "split must divide the warps of a CTA");
   static_assert(R * M <= 32, "one lane stores each of the R x M outputs of a warp");
   constexpr int kGroupsPerCta = kWarps / S;
-  __shared__ float red[S > 1 ? S : 1][R][M];
+  __shared__ float red[kGroupsPerCta][S > 1 ? S : 1][R][M];  // per row group of the CTA, per K slice
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int ks = warp % S;                    // which K slice this warp takes
@@ -203,14 +231,14 @@ __global__ void __launch_bounds__(kThreads, Tuning<F, M>::kMinBlocks) gemv_kerne
 #pragma unroll
         for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int m = 0; m < M; ++m) red[ks][r][m] = acc[r][m];
+          for (int m = 0; m < M; ++m) red[warp / S][ks][r][m] = acc[r][m];
       }
       __syncthreads();
       if (ks == 0 && lane < R * M) {
         const int r = lane / M, m = lane % M;
         float s = 0.f;
 #pragma unroll
-        for (int k = 0; k < S; ++k) s += red[k][r][m];
+        for (int k = 0; k < S; ++k) s += red[warp / S][k][r][m];
         const int n = row0 + r;
         if (live && n < a.w.N && m < a.M) a.y[m * a.ldy + n] = __float2half_rn(s);
       }
@@ -298,6 +326,69 @@ __device__ __forceinline__ float dot8(const half2 (&w)[4], uint4 xv, float acc) 
   p = __hfma2(w[3], as_half2(xv.w), p);
   const float2 f = __half22float2(p);
   return acc + (f.x + f.y);
+}
+
+
+// ---------------------------------------------------------------- int8 activations: quantization
+
+constexpr int kXBlock = 32;  // values per XBlock
+
+// Byte position of value j (0..7) of a group of 8 in the INT4 word's nibble order. The word holds
+// values 0..7 in nibble slots 0,4,1,5,2,6,3,7 (t4lib/ops/int4/reference.py), so its low nibbles are
+// values (0, 4, 1, 5) and its high nibbles (2, 6, 3, 7): the bytes go [x0 x4 x1 x5 | x2 x6 x3 x7].
+__host__ __device__ constexpr int nibble_pos(int j) { return j < 4 ? 2 * j : 2 * (j - 4) + 1; }
+
+// One warp per block of 32 values: amax by butterfly, d = amax / 127 (IEEE division), q = rint(x / d)
+// (round half to even), sum of q. Grid-stride over the M * K / 32 blocks: any grid, same bytes.
+template <bool kNibbleOrder>
+__global__ void __launch_bounds__(256) quantize_x8_kernel(const half* __restrict__ x, long long ldx,
+                                                          int8_t* __restrict__ q_out, XBlock* __restrict__ s_out,
+                                                          int M, int K) {
+  const int lane = threadIdx.x & 31, per_row = K / kXBlock;
+  const long long n_blocks = (long long)M * per_row;
+  for (long long b = (long long)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5); b < n_blocks;
+       b += (long long)gridDim.x * (blockDim.x >> 5)) {
+    const int m = static_cast<int>(b / per_row), kb = static_cast<int>(b % per_row);
+    const float v = __half2float(x[m * ldx + (long long)kb * kXBlock + lane]);
+    float amax = fabsf(v);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+    const float d = amax / 127.f;
+    const int q = amax == 0.f ? 0 : __float2int_rn(v / d);
+    int sum = q;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const int pos = kNibbleOrder ? (lane & ~7) + nibble_pos(lane & 7) : lane;
+    q_out[(long long)m * K + (long long)kb * kXBlock + pos] = static_cast<int8_t>(q);
+    if (lane == 0) s_out[(long long)m * per_row + kb] = XBlock{d, sum};
+  }
+}
+
+// x [M, K] fp16 (row stride ldx) -> q [M, K] int8, s [M, K / 32] (dense rows); K % 32 == 0.
+// Returns a cudaError_t as int.
+inline int quantize_x8(const half* x, long long ldx, int8_t* q, XBlock* s, int M, int K, bool nibble_order,
+                       int max_ctas, cudaStream_t stream) {
+  if (M <= 0) return 0;
+  if (K <= 0 || K % kXBlock) return static_cast<int>(cudaErrorInvalidValue);
+  constexpr int kWarpsPerCta = 8;
+  long long grid = ((long long)M * (K / kXBlock) + kWarpsPerCta - 1) / kWarpsPerCta;
+  if (grid > 65535) grid = 65535;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  if (nibble_order)
+    quantize_x8_kernel<true><<<(int)grid, 32 * kWarpsPerCta, 0, stream>>>(x, ldx, q, s, M, K);
+  else
+    quantize_x8_kernel<false><<<(int)grid, 32 * kWarpsPerCta, 0, stream>>>(x, ldx, q, s, M, K);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// The int8 x of chunk c (32 values, two 16-byte loads) of row m, and its block.
+__device__ __forceinline__ void x8_chunk32(const X8& x, int m, int c, int (&q)[8], XBlock& blk) {
+  const int8_t* p = x.q + m * x.ldq + (long long)c * kXBlock;
+  const uint4 a = ldg16(p), b = ldg16(p + 16);
+  q[0] = (int)a.x; q[1] = (int)a.y; q[2] = (int)a.z; q[3] = (int)a.w;
+  q[4] = (int)b.x; q[5] = (int)b.y; q[6] = (int)b.z; q[7] = (int)b.w;
+  const int2 s = __ldg(reinterpret_cast<const int2*>(x.s + m * x.lds + c));
+  blk = XBlock{__int_as_float(s.x), s.y};
 }
 
 }  // namespace gemv

@@ -10,10 +10,12 @@
 // blocks) for every format: that trait decodes a 32-value chunk with the same
 // per-format routine as the bulk path (byte loads), rounds to fp16 and feeds
 // the template's fp16-partial / fp32-accumulate dot.
+// Int8 activations (opt-in): t4_gguf_quantize_x8 then t4_gguf_gemv_packed_x8, the
+// GEMV-layout formats' X8 traits (DP4A on int8 x, see gguf_formats.cuh).
 #include "gemv.cuh"
 #include "gguf_formats.cuh"
 
-// t4lib:hot gguf_dequant_kernel gemv_kernel
+// t4lib:hot gguf_dequant_kernel gemv_kernel quantize_x8_kernel
 
 namespace {
 
@@ -184,6 +186,25 @@ template <int M>
 struct Tuning<t4::gguf::gv::PIQ4_XS, M> : PackedTuning<M> {};
 template <int M>
 struct Tuning<t4::gguf::gv::PQ8_0, M> : PackedTuning<M> {};
+// Int8 activations: each format starts from its fp16 twin's tuning (not swept per format);
+// Q5_K takes 255 registers at M = 2 (at 168 its 4 rows spill).
+// Q8_0 at M = 1: 4 rows x 1 chunk at 3 CTAs per SM, the best of 6 launch shapes on an H200 at
+// 17408x5120 (tools/gemv_lab/dp4a_lab.cu, results/nvidia-h200/dp4a_q8_0_lab.json: 26.3 us, 0.87 of
+// copy bandwidth, against 33.0 us for fp16 x; 2 rows at 6 CTAs per SM 27.1 us).
+template <int M>
+struct Tuning<t4::gguf::gv::PQ8_0X8, M> : PackedTuning<M> {
+  static constexpr int kMinBlocks = M == 1 ? 3 : PackedTuning<M>::kMinBlocks;
+};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ4_KX8, M> : PackedTuning<M> {};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ5_KX8, M> : PackedTuning<M, 2> {};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ3_KX8, M> : PackedTuning<M, 2> {};
+template <int M>
+struct Tuning<t4::gguf::gv::PQ6_KX8, M> : PackedTuning<M, 2> {};
+template <int M>
+struct Tuning<t4::gguf::gv::PIQ4_XSX8, M> : PackedTuning<M> {};
 }  // namespace gemv
 }  // namespace t4
 
@@ -249,6 +270,38 @@ T4_API int t4_gguf_gemv_packed(int ggml_type, const uint8_t* w, const half* x, h
     case Q5_K::kType: return t4::gemv::launch<gv::PQ5_K>(a, max_ctas, stream);
     case Q6_K::kType: return t4::gemv::launch<gv::PQ6_K>(a, max_ctas, stream);
     case IQ4_XS::kType: return t4::gemv::launch<gv::PIQ4_XS>(a, max_ctas, stream);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+// x [M, K] fp16 -> int8 blocks for t4_gguf_gemv_packed_x8: q [M, K] int8 in value order, s [M, K / 32]
+// of (float d, int sum) (t4lib/ops/int8_activations.py). K % 32 == 0; q 16-byte aligned, s 8-byte aligned.
+T4_API int t4_gguf_quantize_x8(const half* x, int8_t* q, void* s, int M, int K, int max_ctas, cudaStream_t stream) {
+  return t4::gemv::quantize_x8(x, K, q, static_cast<t4::gemv::XBlock*>(s), M, K, /*nibble_order=*/false, max_ctas,
+                               stream);
+}
+
+// y [M, N] fp16 = x~ [M, K] @ W^T with x~ the int8 activations of t4_gguf_quantize_x8 and W in the GEMV
+// layout (as t4_gguf_gemv_packed; Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS). xq 16-byte aligned, xs 8-byte aligned.
+T4_API int t4_gguf_gemv_packed_x8(int ggml_type, const uint8_t* w, const int8_t* xq, const void* xs, half* y, int M,
+                                  int N, int K, int max_ctas, cudaStream_t stream) {
+  using namespace t4::gguf;
+  if (K % 64 || (ggml_type != Q8_0::kType && K % 256)) return static_cast<int>(cudaErrorInvalidValue);
+  t4::gemv::Args a{};
+  a.w.data = w;
+  a.w.N = N;
+  a.w.K = K;
+  a.x8 = t4::gemv::X8{xq, static_cast<const t4::gemv::XBlock*>(xs), K, K / t4::gemv::kXBlock};
+  a.y = y;
+  a.ldy = N;
+  a.M = M;
+  switch (ggml_type) {
+    case Q8_0::kType: return t4::gemv::launch<gv::PQ8_0X8>(a, max_ctas, stream);
+    case Q3_K::kType: return t4::gemv::launch<gv::PQ3_KX8>(a, max_ctas, stream);
+    case Q4_K::kType: return t4::gemv::launch<gv::PQ4_KX8>(a, max_ctas, stream);
+    case Q5_K::kType: return t4::gemv::launch<gv::PQ5_KX8>(a, max_ctas, stream);
+    case Q6_K::kType: return t4::gemv::launch<gv::PQ6_KX8>(a, max_ctas, stream);
+    case IQ4_XS::kType: return t4::gemv::launch<gv::PIQ4_XSX8>(a, max_ctas, stream);
     default: return static_cast<int>(cudaErrorInvalidValue);
   }
 }

@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as T  # noqa: E402
 
 from t4lib.ops.gguf import (FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, packing,  # noqa: E402
                             reference as ref, type_id)
+from t4lib.ops import int8_activations as a8  # noqa: E402
 from t4lib.quant.gguf import GGUFError, GGUFFile, TinyQwen35Dims, write_tiny_qwen35  # noqa: E402
 
 NAMES = [v[0] for v in FORMATS.values()]
@@ -351,6 +352,123 @@ def test_gemv_traits_on_cpu_catch_corrupt_layouts(name, host_check, tmp_path):
     assert not ok, (name, "swapped bit-plane words")
 
 
+# ----------------------------------------------------------------------------- int8 activations (CPU)
+
+def _x_with_edges(M, K, seed):
+    """fp16 x with the quantizer's edge cases: an all-zero block, a block with one outlier, a block of tiny values,
+    and a block of exact rounding ties (d = 1: 127, +-0.5, 1.5, 2.5 round half to even)."""
+    x = torch.randn(M, K, generator=torch.Generator().manual_seed(seed))
+    x[0, 32:64] = 0
+    x[-1, 64] = 40.0
+    x[:, 96:128] *= 1e-3
+    x[:, 128:160] = torch.tensor([127.0, 0.5, -0.5, 1.5, 2.5, -2.5] + [3.0] * 26)
+    return x.half()
+
+
+def _x8_want(raw, t, x, N, K):
+    """(x~ @ W^T, |x~| @ |W|^T) in float64: x~ the int8 activations, W the fp32 dequantized weight."""
+    q, d, _ = a8.quantize(x)
+    xt = a8.dequantize(q, d).double()
+    w = ref.dequantize(raw, t, (N, K)).double()
+    return xt @ w.t(), xt.abs() @ w.abs().t()
+
+
+def _x8_tol(want, mag, out_fp16=True):
+    """The int8 kernels' error against x~ @ W^T: fp32 summation (block sums are exact integers), plus the fp16
+    rounding of y."""
+    return 1e-4 * mag + (1e-3 * want.abs() if out_fp16 else 0) + 1e-5
+
+
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_int8_activations_reference_semantics(name):
+    t = type_id(name)
+    N, K, M = 7, 768, 3
+    raw = ref.random_blocks(t, N * K // FORMATS[t][1], seed=6, scale=0.05).reshape(-1)
+    x = _x_with_edges(M, K, 6)
+    y = gguf_gemv(raw, t, x, N, K, activations="int8")
+    q, d, _ = a8.quantize(x)
+    w = ref.dequantize(raw, t, (N, K))
+    assert y.dtype == torch.float16 and torch.equal(y, (a8.dequantize(q, d) @ w.t()).half())
+    assert torch.equal(gguf_gemv_packed(pack_for_gemv(raw, t, N, K), t, x, N, K, activations="int8"), y)
+    out = torch.full((M, N), float("nan"), dtype=torch.float16)
+    assert gguf_gemv(raw, t, x, N, K, activations="int8", out=out) is out and torch.equal(out, y)
+    # against fp16 activations: inside the int8 bound, plus the fp16 rounding of W (fp16 path) and of both outputs
+    y16 = gguf_gemv(raw, t, x, N, K)
+    xw = x.float().abs() @ w.abs().t()
+    bound = a8.error_bound(x, w.abs()) + 2.0 ** -11 * (xw + y.float().abs() + y16.float().abs()) + 1e-5 * xw
+    assert ((y.float() - y16.float()).abs() <= bound).all()
+    assert not torch.equal(y, y16)  # int8 is other numerics
+
+
+def test_int8_activations_bad_input():
+    t = type_id("Q4_K")
+    N, K = 3, 512
+    raw = ref.random_blocks(t, N * K // 256, seed=7).reshape(-1)
+    x = torch.randn(1, K).half()
+    with pytest.raises(ValueError, match="activations must be one of"):
+        gguf_gemv(raw, t, x, N, K, activations="int4")
+    with pytest.raises(ValueError, match="activations must be one of"):
+        gguf_gemv_packed(pack_for_gemv(raw, t, N, K), t, x, N, K, activations="bf16")
+    with pytest.raises(ValueError, match="activations='int8' is not supported for Q4_K with layout='gguf'"):
+        gguf_gemv(raw, t, x, N, K, layout="gguf", activations="int8")
+    for name in ("IQ4_NL", "IQ3_S"):
+        t2 = type_id(name)
+        raw2 = ref.random_blocks(t2, N * K // FORMATS[t2][1], seed=7).reshape(-1)
+        with pytest.raises(ValueError, match=f"activations='int8' is not supported for {name}: it needs the GEMV"):
+            gguf_gemv(raw2, t2, x, N, K, activations="int8")
+        with pytest.raises(ValueError, match=f"activations='int8' is not supported for {name}"):
+            gguf_gemv_packed(raw2, t2, x, N, K, activations="int8")
+    raw3 = ref.random_blocks(8, 11, seed=7).reshape(-1)  # Q8_0 with K = 352: no GEMV layout
+    with pytest.raises(ValueError, match="activations='int8' is not supported for Q8_0 with K=352"):
+        gguf_gemv(raw3, "Q8_0", torch.randn(1, 352).half(), 1, 352, activations="int8")
+    assert torch.equal(gguf_gemv(raw, t, x, N, K, activations="fp16"), gguf_gemv(raw, t, x, N, K))
+
+
+def _host_gemv_x8(exe, tmp_path, t, packed, x, N, K, R, sums=None):
+    """y [M, N] (float64) of the host-built int8-activation trait of type t over the packed weights."""
+    M = x.shape[0]
+    q, d, s = a8.quantize(x)
+    if sums is not None:
+        s = sums
+    packed.numpy().tofile(tmp_path / "w.bin")
+    q.numpy().tofile(tmp_path / "xq.bin")
+    torch.stack([d.view(torch.int32), s], dim=-1).numpy().tofile(tmp_path / "xs.bin")  # gemv.cuh's XBlock
+    subprocess.run([str(exe), str(t), str(N), str(K), str(M), str(R), str(tmp_path / "w.bin"),
+                    str(tmp_path / "xq.bin"), str(tmp_path / "y.bin"), str(tmp_path / "xs.bin")], check=True)
+    return torch.from_numpy(np.fromfile(tmp_path / "y.bin", dtype=np.float32)).reshape(M, N).double()
+
+
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_int8_traits_on_cpu(name, host_check, tmp_path):
+    """The int8-activation traits' load/dot (host build, DP4A emulated) over the template's lane walk, vs x~ @ W^T."""
+    t = type_id(name)
+    nv = FORMATS[t][1]
+    for (N, K), (M, R) in zip(((37, 1024), (5, 2560), (9, 4096), (3, 256), (7, 1280), (6, 512)),
+                              ((1, 2), (3, 2), (8, 1), (1, 1), (1, 4), (2, 4))):
+        raw = ref.random_blocks(t, N * K // nv, seed=N + M, scale=0.05).reshape(-1)
+        x = _x_with_edges(M, K, M)
+        y = _host_gemv_x8(host_check, tmp_path, t, packing.pack(raw, t, N, K), x, N, K, R)
+        want, mag = _x8_want(raw, t, x, N, K)
+        err = (y - want).abs()
+        assert (err <= _x8_tol(want, mag, out_fp16=False)).all(), (name, N, K, M, err.max().item())
+
+
+@pytest.mark.parametrize("name", ["Q3_K", "Q4_K", "Q5_K", "Q6_K"])
+def test_int8_traits_on_cpu_use_the_block_sums(name, host_check, tmp_path):
+    """Negative control: the formats with an offset or a min read x's block sums; wrong sums must fail the check."""
+    t = type_id(name)
+    N, K, M, R = 37, 1024, 1, 2
+    raw = ref.random_blocks(t, N * K // 256, seed=8, scale=0.05).reshape(-1)
+    x = _x_with_edges(M, K, 8)
+    want, mag = _x8_want(raw, t, x, N, K)
+    p = packing.pack(raw, t, N, K)
+    assert ((_host_gemv_x8(host_check, tmp_path, t, p, x, N, K, R) - want).abs() <= _x8_tol(want, mag, False)).all()
+    bad = a8.quantize(x)[2] + 20
+    y = _host_gemv_x8(host_check, tmp_path, t, p, x, N, K, R, sums=bad)
+    assert not ((y - want).abs() <= _x8_tol(want, mag, False)).all()
+
+
+
 # ----------------------------------------------------------------------------- GPU
 
 @pytest.mark.gpu
@@ -445,3 +563,103 @@ def test_cuda_gemv_graph_replay_and_inplace_update(name):
     raw, x = sets[0]
     raw.copy_(sets[1][0])  # in place: the GEMV-layout copy must follow
     assert torch.equal(gguf_gemv(raw, t, x, N, K, backend="cuda"), gguf_gemv(sets[1][0], t, x, N, K, backend="cuda"))
+
+
+def _cuda_x8_check(t, N, K, M, seed):
+    nv = FORMATS[t][1]
+    raw = ref.random_blocks(t, N * K // nv, seed=seed, scale=0.05).reshape(-1)
+    x = _x_with_edges(M, K, seed)
+    want, mag = _x8_want(raw, t, x, N, K)
+    rc, xc = raw.cuda(), x.cuda()
+    out = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+    y = gguf_gemv(rc, t, xc, N, K, backend="cuda", activations="int8", out=out)
+    assert y is out
+    y = y.double().cpu()
+    assert torch.isfinite(y).all()
+    err = (y - want).abs()
+    assert (err <= _x8_tol(want, mag)).all(), (FORMATS[t][0], N, K, M, err.max().item())
+    out2 = torch.full((M, N), float("nan"), dtype=torch.float16, device="cuda")
+    y2 = gguf_gemv(rc, t, xc, N, K, backend="cuda", max_ctas=2, activations="int8", out=out2).double().cpu()
+    assert torch.equal(y, y2)  # grid size never changes the result
+    p = pack_for_gemv(rc, t, N, K)
+    assert torch.equal(gguf_gemv_packed(p, t, xc, N, K, backend="cuda", activations="int8").double().cpu(), y)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PACKED_NAMES)
+@pytest.mark.parametrize("M", [1, 2, 3, 8])
+def test_cuda_int8_gemv_vs_reference(name, M):
+    t = type_id(name)
+    for N, K in ((37, 1024), (7, 768)):
+        _cuda_x8_check(t, N, K, M, seed=M + N)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PACKED_NAMES)
+@pytest.mark.parametrize("N,K", [(1001, 5120), (300, 17408)])  # split 1 and split 4 paths
+@pytest.mark.parametrize("M", [1, 2])
+def test_cuda_int8_gemv_benchmark_shapes(name, N, K, M):
+    _cuda_x8_check(type_id(name), N, K, M, seed=N + M)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,K", [(1, 5120), (3, 1024), (8, 17408)])
+def test_cuda_quantize_x8_bit_exact(M, K):
+    """The quantization kernel against int8_activations.quantize: q, d (fp32 bits) and sums bit for bit."""
+    from t4lib.ops.gguf import binding
+
+    x = _x_with_edges(M, K, K)
+    q_want, d_want, s_want = a8.quantize(x)
+    xc = x.cuda()
+    for max_ctas in (0, 1):
+        q = torch.full((M, K), 0x55, dtype=torch.int8, device="cuda")
+        s = torch.full((M, K // 32, 2), -1, dtype=torch.int32, device="cuda")
+        binding.quantize_x8(xc, q, s, max_ctas)
+        s = s.cpu()
+        assert torch.equal(q.cpu(), q_want)
+        assert torch.equal(s[..., 0], d_want.view(torch.int32))
+        assert torch.equal(s[..., 0].contiguous().view(torch.float32), d_want)
+        assert torch.equal(s[..., 1], s_want)
+
+
+@pytest.mark.gpu
+def test_cuda_int8_gemv_rejects_a_type_without_int8_trait():
+    from t4lib.ops.gguf import binding
+
+    p = torch.zeros(2 * 256 // 32 * 18, dtype=torch.uint8, device="cuda")
+    q = torch.zeros(1, 256, dtype=torch.int8, device="cuda")
+    s = torch.zeros(1, 8, 2, dtype=torch.int32, device="cuda")
+    y = torch.empty(1, 2, dtype=torch.float16, device="cuda")
+    with pytest.raises(RuntimeError, match="t4_gguf_gemv_packed_x8: CUDA error"):
+        binding.gemv_packed_x8(type_id("IQ4_NL"), p, q, s, y, 1, 2, 256)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_cuda_int8_gemv_graph_capture(name):
+    """Quantization and GEMV captured in one CUDA graph: replay matches eager, and follows x updated in place."""
+    t = type_id(name)
+    N, K, nv = 512, 5120, FORMATS[t][1]
+    sets = []
+    for s, M in enumerate((1, 2, 3)):
+        raw = ref.random_blocks(t, N * K // nv, seed=30 + s, scale=0.01).reshape(-1).cuda()
+        sets.append((raw, torch.randn(M, K, device="cuda").half()))
+    eager = [gguf_gemv(r, t, x, N, K, backend="cuda", activations="int8").clone() for r, x in sets]
+    outs = [torch.full((x.shape[0], N), float("nan"), dtype=torch.float16, device="cuda") for _, x in sets]
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for (r, x), o in zip(sets, outs):
+            gguf_gemv(r, t, x, N, K, backend="cuda", out=o, activations="int8")
+    for o in outs:
+        o.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    for o, e in zip(outs, eager):
+        assert torch.equal(o, e)
+    raw, x = sets[1]
+    x.copy_(torch.randn(x.shape, device="cuda").half())  # in place: the captured quantization reads it
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(outs[1], gguf_gemv(raw, t, x, N, K, backend="cuda", activations="int8"))
+    assert not torch.equal(outs[1], eager[1])

@@ -6,6 +6,7 @@ Tolerance (t4lib.ops.w4a16.reference.tolerance): |y - y_ref| <= 2.5e-3 * (|x| @ 
 import pytest
 import torch
 
+from t4lib.ops import int8_activations as a8
 from t4lib.ops import w4a16 as ops
 from t4lib.ops.w4a16 import binding, reference
 from t4lib.quant.w4a16 import QuantizedWeight, quantize_rtn
@@ -83,6 +84,67 @@ def test_bad_weight_objects():
         quantize_rtn(torch.randn(4, 96), 64)
     with pytest.raises(TypeError, match="int32"):
         QuantizedWeight(w.qweight.to(torch.int64), w.scales, 16, 256, 128)
+
+
+def test_int8_activation_quantization_reference():
+    x = _x(3, 128).float() * torch.tensor([1.0] * 96 + [0.0] * 32)  # the last block of each row all zero
+    x[1, :32] *= 3000.0  # a large block: fp16 range
+    q, d, sums = a8.quantize(x.half())
+    assert q.dtype == torch.int8 and d.shape == (3, 4) and sums.dtype == torch.int32
+    assert q.abs().max() == 127 and (q[:, 96:] == 0).all() and (d[:, 3] == 0).all()
+    assert torch.equal(sums, q.reshape(3, 4, 32).to(torch.int32).sum(-1))
+    err = (a8.dequantize(q, d) - x.half().float()).abs()
+    assert (err <= d.repeat_interleave(32, dim=1) / 2 * (1 + 1e-6)).all()
+    # the INT4 kernel's byte order: value j of each 8 at NIBBLE_ORDER.index(j)
+    perm = a8.nibble_order(torch.arange(16, dtype=torch.int8)[None])
+    assert perm.tolist() == [[0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15]]
+    with pytest.raises(ValueError, match="multiple of 32"):
+        a8.quantize(torch.zeros(1, 48).half())
+
+
+def test_int8_gemv_reference_is_the_product_of_quantized_activations():
+    w, x = _w(40, 512), _x(3, 512)
+    y8 = ops.gemv(x, w, activations="int8")
+    q, d, _ = a8.quantize(x)
+    exact = reference._exact_weight(w)
+    assert torch.equal(y8, (a8.dequantize(q, d) @ exact.t()).half())
+    # against the fp16-activation product: inside the quantization bound (plus fp16 output rounding)
+    y16 = x.float() @ exact.t()
+    bound = a8.error_bound(x, exact.abs()) + 1e-3 * y16.abs() + 1e-5
+    assert ((y8.float() - y16).abs() <= bound).all()
+    assert (y8.float() - y16).abs().max() > 0  # int8 is not the same numerics
+    # matmul: int8 on the GEMV rows only; the GEMM rows keep fp16 activations
+    x9 = _x(9, 512)
+    assert torch.equal(ops.matmul(x9, w, activations="int8"), ops.gemm(x9, w))
+    assert torch.equal(ops.matmul(x[:1], w, activations="int8"), ops.gemv(x[:1], w, activations="int8"))
+
+
+@pytest.mark.parametrize("bad", ["int4", "fp8", None, 8])
+def test_bad_activations(bad):
+    with pytest.raises(ValueError, match="activations must be one of"):
+        ops.gemv(_x(1, 256), _w(8, 256), activations=bad)
+    with pytest.raises(ValueError, match="activations must be one of"):
+        ops.matmul(_x(1, 256), _w(8, 256), activations=bad)
+
+
+def test_quantlinear_int8_activations_and_set_activations():
+    from torch import nn
+
+    from t4lib.quant import QuantLinear, set_activations
+
+    lin = QuantLinear.from_quantized(_w(24, 256))
+    model = nn.Sequential(lin, nn.ReLU())
+    x = _x(2, 256)
+    y16 = lin(x)
+    assert set_activations(model, "int8") == 1 and lin.activations == "int8" and "activations=int8" in repr(lin)
+    assert torch.equal(lin(x), ops.gemv(x, lin.weight_q, activations="int8"))
+    assert not torch.equal(lin(x), y16)
+    # fp32 input on the CPU: quantized from its fp16 rounding, like on CUDA (not silently fp16-activation)
+    assert torch.equal(lin(x.float()), ops.gemv(x, lin.weight_q, activations="int8").float())
+    with pytest.raises(ValueError, match="activations must be one of"):
+        set_activations(model, "int4")
+    with pytest.raises(ValueError, match="no QuantLinear"):
+        set_activations(nn.Sequential(nn.Linear(4, 4)), "int8")
 
 
 @pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
@@ -165,6 +227,69 @@ def test_gemv_unaligned_x_view():
     buf = _x(1, 257, device="cuda")
     x = buf[:, 1:]  # 2-byte offset: copied to an aligned buffer by the op
     _check(ops.gemv(x, w, backend="cuda"), x, w)
+
+
+def _check_int8(y, x, w):
+    ref = reference.gemv_int8(x, w).float()
+    tol = reference.tolerance_int8(x, w, ref)
+    err = (y.float() - ref).abs()
+    assert torch.isfinite(y).all(), "kernel left unwritten (NaN) outputs"
+    bad = err > tol
+    assert not bad.any(), f"{int(bad.sum())} entries over the int8 tolerance; worst err {err.max().item():.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M,K", [(1, 128), (1, 17408), (3, 896), (8, 4864), (5, 96)])
+def test_quantize_x8_kernel_bit_exact(M, K):
+    x = _x(M, K, seed=M + K, device="cuda").float()
+    x[0, :32] = 0.0                          # an all-zero block
+    x[-1, 32:64] *= 20000.0 / x[-1, 32:64].abs().max()  # near the top of fp16
+    if K >= 128:
+        x[0, 64:96] *= 1e-4                  # fp16 subnormals
+    x = x.half()
+    q = torch.full((M, K), 99, dtype=torch.int8, device="cuda")
+    s = torch.full((M, K // 32, 2), -7, dtype=torch.int32, device="cuda")
+    binding.quantize_x8(x, q, s)
+    torch.cuda.synchronize()
+    rq, rd, rs = a8.quantize(x.cpu())
+    assert torch.equal(q.cpu(), a8.nibble_order(rq))
+    assert torch.equal(s[..., 0].cpu().view(torch.float32), rd)
+    assert torch.equal(s[..., 1].cpu(), rs)
+
+
+# (1, 4300, 8448): long rows that leave warp slots empty on a large GPU: the deeper-pipelined M = 1 knobs.
+@pytest.mark.gpu
+@pytest.mark.parametrize("g", [32, 128])
+@pytest.mark.parametrize("M,N,K", SHAPES + [(1, 4300, 8448)])
+def test_gemv_int8_matches_its_reference(M, N, K, g):
+    if K % g:
+        pytest.skip("K not a multiple of the group")
+    w, x = _w(N, K, g, device="cuda"), _x(M, K, device="cuda")
+    y = ops.gemv(x, w, backend="cuda", activations="int8")
+    _check_int8(y, x, w)
+    # and inside the quantization bound of the fp16-activation product
+    exact = reference._exact_weight(w)
+    y16 = x.float() @ exact.t()
+    bound = a8.error_bound(x, exact.abs()) + reference.tolerance_int8(x, w, y16)
+    assert ((y.float() - y16).abs() <= bound).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("M", [1, 4, 8])
+@pytest.mark.parametrize("N,K", [(896, 4864), (4864, 896), (300, 17408 // 128 * 128), (4300, 8448)])
+def test_gemv_int8_bit_identical_for_any_grid_cap_and_in_a_graph(M, N, K):
+    w, x = _w(N, K, device="cuda"), _x(M, K, device="cuda")
+    full = ops.gemv(x, w, backend="cuda", activations="int8")
+    for cap in (1, 3, 132, 1000):
+        assert torch.equal(ops.gemv(x, w, max_ctas=cap, backend="cuda", activations="int8"), full), cap
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = ops.gemv(x, w, activations="int8")
+    x.copy_(_x(M, K, seed=9, device="cuda"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, ops.gemv(x, w, activations="int8"))
 
 
 def test_recorded_gemv_attempts_take_the_fastest_variant_against_the_same_run(tmp_path):

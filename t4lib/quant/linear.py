@@ -15,7 +15,11 @@ class QuantLinear(nn.Module):
     ``[M, in]``; M <= 8 runs the GEMV kernel, larger M the WMMA GEMM (on CUDA),
     the PyTorch reference elsewhere. On CUDA the computation is in fp16 (other
     input dtypes are cast and the result cast back); ``max_ctas`` (attribute)
-    caps the kernels' grids for occupancy pacing.
+    caps the kernels' grids for occupancy pacing. ``activations`` (attribute,
+    "fp16" or "int8"; :func:`set_activations` sets a whole model): "int8" runs
+    the GEMV rows (M <= 4, decode) as W4A8, activations quantized to int8 per
+    block of 32 (other numerics, see :mod:`t4lib.ops.int8_activations`); the
+    GEMM keeps fp16 activations.
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = False, group_size: int = 128,
@@ -32,6 +36,7 @@ class QuantLinear(nn.Module):
             self.bias = None
         self.max_ctas: int | None = None
         self.backend = "auto"
+        self.activations = "fp16"
 
     @classmethod
     def from_quantized(cls, qw: QuantizedWeight, bias: torch.Tensor | None = None) -> "QuantLinear":
@@ -81,8 +86,9 @@ class QuantLinear(nn.Module):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         w = self.weight_q
-        if x.is_cuda or x.dtype == torch.float16:
-            y = ops.matmul(x2.to(torch.float16), w, max_ctas=self.max_ctas, backend=self.backend).to(x.dtype)
+        if x.is_cuda or x.dtype == torch.float16 or self.activations == "int8":  # int8 quantizes fp16 x
+            y = ops.matmul(x2.to(torch.float16), w, max_ctas=self.max_ctas, backend=self.backend,
+                           activations=self.activations).to(x.dtype)
         else:  # CPU in fp32/bf16: the reference in the input dtype
             from ..ops.w4a16 import reference
             y = reference.matmul(x2, w)
@@ -91,5 +97,20 @@ class QuantLinear(nn.Module):
         return y.reshape(*lead, self.out_features)
 
     def extra_repr(self) -> str:
+        extra = f", activations={self.activations}" if self.activations != "fp16" else ""
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bias={self.bias is not None}, group_size={self.group_size}")
+                f"bias={self.bias is not None}, group_size={self.group_size}{extra}")
+
+
+def set_activations(model: nn.Module, activations: str) -> int:
+    """Set ``activations`` ("fp16" or "int8") on every QuantLinear of ``model``; returns how many."""
+    from ..ops.int8_activations import check_activations
+
+    check_activations(activations)
+    layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
+    if not layers:
+        raise ValueError(f"model has no QuantLinear layers to set activations={activations!r} on "
+                         "(quantize it first: t4lib.quant.quantize_model)")
+    for m in layers:
+        m.activations = activations
+    return len(layers)

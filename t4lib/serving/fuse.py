@@ -81,7 +81,7 @@ def _layer_like(template: nn.Module, rows: list[torch.Tensor], bias: torch.Tenso
         qweight, scales = rows
         m = QuantLinear.from_quantized(QuantizedWeight(qweight, scales, qweight.shape[0], template.in_features,
                                                        template.group_size), bias)
-        m.max_ctas, m.backend = template.max_ctas, template.backend
+        m.max_ctas, m.backend, m.activations = template.max_ctas, template.backend, template.activations
         return m
     w = rows[0]
     m = nn.Linear(template.in_features, w.shape[0], bias is not None, device=w.device, dtype=w.dtype)

@@ -119,6 +119,9 @@ def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
 
             cases = {"gguf_gemv": (lambda raw, x: gguf_gemv(raw, t, x, N, K, backend="cuda"), make),
                      "cublas_fp16": (lambda w, x: x @ w.t(), make16)}
+            if packing.supports(t, K):  # int8 activations (other numerics): quantize x, then the DP4A GEMV
+                cases["gguf_gemv_int8"] = (lambda raw, x: gguf_gemv(raw, t, x, N, K, backend="cuda",
+                                                                    activations="int8"), make)
             nbytes = N * K // nv * nb + 2 * K + 2 * N
             res = bench.compare(cases, baseline="cublas_fp16", bytes_moved=nbytes, rounds=3,
                                 iters=10 if quick else 20, max_sets=16)

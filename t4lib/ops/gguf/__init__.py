@@ -21,6 +21,20 @@ at M = 1 (results/nvidia-h200/qwen35_deltanet.json, measured when Q3_K and Q5_K
 took it too: there they were slower than fp16 weights through cuBLAS).
 To keep only the aligned copy on the device (half the weight memory), pack
 once with :func:`pack_for_gemv` and call :func:`gguf_gemv_packed`.
+
+Int8 activations (``activations="int8"``, opt-in; default ``"fp16"``): x is
+quantized per block of 32 values of a row to int8 with an fp32 scale
+(llama.cpp's q8_1, :mod:`t4lib.ops.int8_activations`), and the GEMV takes
+exact integer dot products (DP4A) of the quants with it, scaled per block in
+fp32. The result is ``y = fp16(x~ @ W^T)`` to fp32 accuracy, with
+``x~ = dequantize(quantize(x))`` and ``W`` the fp32 dequantized weight (not
+rounded to fp16); it differs from the fp16 result by at most
+:func:`t4lib.ops.int8_activations.error_bound` (half a grid step per
+activation) plus the fp16 rounding of W and y. Formats: those with a GEMV
+layout (Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, K a multiple of 64 and of the
+block); IQ4_NL, IQ3_S, ``layout="gguf"`` or a K without the layout raise
+ValueError. On the CUDA path it is two launches on the current stream
+(quantize x, then the GEMV), capturable in a CUDA graph.
 """
 from __future__ import annotations
 
@@ -29,6 +43,7 @@ import weakref
 
 import torch
 
+from .. import int8_activations as a8
 from .._dispatch import check, check_grid_cap, same_device, use_cuda
 from . import binding, packing, reference
 from .reference import FORMATS, TYPE_OF
@@ -138,6 +153,23 @@ def _check_gemv_io(x: torch.Tensor, out: torch.Tensor | None, N: int, K: int) ->
     return M
 
 
+def _check_int8(t: int, K: int, layout: str) -> None:
+    """activations="int8" needs an int8 trait, i.e. the GEMV layout."""
+    if layout == "gguf" or not packing.supports(t, K):
+        why = " with layout='gguf'" if layout == "gguf" else f" with K={K}" if t in packing.PACKED else ""
+        raise ValueError(f"activations='int8' is not supported for {FORMATS[t][0]}{why}: it needs the GEMV "
+                         f"layout ({', '.join(packing.PACKED.values())} with K a multiple of {packing.CHUNK})")
+
+
+def _gemv_x8_cuda(t: int, packed: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M: int, N: int, K: int,
+                  max_ctas: int) -> None:
+    """Quantize x to int8 blocks, then the int8-activation GEMV: two launches on the current stream."""
+    q = torch.empty(M, K, dtype=torch.int8, device=x.device)
+    s = torch.empty(M, K // a8.BLOCK, 2, dtype=torch.int32, device=x.device)  # (fp32 d bits, int sum)
+    binding.quantize_x8(x, q, s, max_ctas)
+    binding.gemv_packed_x8(t, packed, q, s, y, M, N, K, max_ctas)
+
+
 def _finish(y: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
     """The reference result, written into ``out`` when one was given."""
     if out is None:
@@ -147,17 +179,22 @@ def _finish(y: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
 
 
 def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, backend: str = "auto",
-              max_ctas: int | None = None, layout: str = "auto", out: torch.Tensor | None = None) -> torch.Tensor:
+              max_ctas: int | None = None, layout: str = "auto", out: torch.Tensor | None = None,
+              activations: str = "fp16") -> torch.Tensor:
     """y [M, N] fp16 = x [M, K] fp16 @ W^T, W [N, K] in GGUF blocks (fp32 accumulation).
 
     ``layout`` (CUDA path): "auto" reads the GEMV-layout copy where the format
     has one, "packed" requires it, "gguf" reads the blocks as stored. ``out``:
-    optional [M, N] fp16 contiguous tensor on x's device to write y into."""
+    optional [M, N] fp16 contiguous tensor on x's device to write y into.
+    ``activations``: "fp16", or "int8" (see the module docstring; GEMV-layout formats only)."""
     t = type_id(ggml_type)
+    a8.check_activations(activations)
     if layout not in ("auto", "packed", "gguf"):
         raise ValueError(f"layout must be 'auto', 'packed' or 'gguf', got {layout!r}")
     if layout == "packed":
         _require_gemv_layout(t, K, prefix="layout='packed': ")
+    if activations == "int8":
+        _check_int8(t, K, layout)
     M = _check_gemv_io(x, out, N, K)
     check_grid_cap("max_ctas", max_ctas)
     if K % FORMATS[t][1]:
@@ -166,11 +203,15 @@ def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, bac
     same_device(raw=raw, x=x)
     if use_cuda(backend, binding.FAMILY, x.device):
         y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
-        if layout != "gguf" and packing.supports(t, K):
+        if activations == "int8":
+            _gemv_x8_cuda(t, _gemv_layout(raw, t, N, K), x, y, M, N, K, max_ctas or 0)
+        elif layout != "gguf" and packing.supports(t, K):
             binding.gemv_packed(t, _gemv_layout(raw, t, N, K), x, y, M, N, K, max_ctas or 0)
         else:
             binding.gemv(t, raw, x, y, M, N, K, max_ctas or 0)
         return y
+    if activations == "int8":
+        return _finish(reference.gemv_x8(raw, t, x, N, K), out)
     return _finish(reference.gemv(raw, t, x, N, K), out)
 
 
@@ -183,9 +224,13 @@ def pack_for_gemv(raw: torch.Tensor, ggml_type, N: int, K: int) -> torch.Tensor:
 
 
 def gguf_gemv_packed(packed: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, backend: str = "auto",
-                     max_ctas: int | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                     max_ctas: int | None = None, out: torch.Tensor | None = None,
+                     activations: str = "fp16") -> torch.Tensor:
     """As :func:`gguf_gemv` with W given in the GEMV layout (from :func:`pack_for_gemv`)."""
     t = type_id(ggml_type)
+    a8.check_activations(activations)
+    if activations == "int8":
+        _check_int8(t, K, "packed")
     _require_gemv_layout(t, K)
     check("packed", packed, dtype=torch.uint8, contiguous=True, align=16)
     want = nbytes(t, N * K)
@@ -196,6 +241,10 @@ def gguf_gemv_packed(packed: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K
     same_device(packed=packed, x=x)
     if use_cuda(backend, binding.FAMILY, x.device):
         y = out if out is not None else torch.empty(M, N, dtype=torch.float16, device=x.device)
-        binding.gemv_packed(t, packed, x, y, M, N, K, max_ctas or 0)
+        if activations == "int8":
+            _gemv_x8_cuda(t, packed, x, y, M, N, K, max_ctas or 0)
+        else:
+            binding.gemv_packed(t, packed, x, y, M, N, K, max_ctas or 0)
         return y
-    return _finish(reference.gemv(packing.unpack(packed.cpu(), t, N, K), t, x, N, K), out)
+    ref_gemv = reference.gemv_x8 if activations == "int8" else reference.gemv
+    return _finish(ref_gemv(packing.unpack(packed.cpu(), t, N, K), t, x, N, K), out)

@@ -24,6 +24,12 @@ def _lib() -> ctypes.CDLL:
     gp = lib.t4_gguf_gemv_packed
     gp.argtypes = g.argtypes
     gp.restype = ctypes.c_int
+    qx = lib.t4_gguf_quantize_x8
+    qx.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_int] * 3 + [ctypes.c_void_p]
+    qx.restype = ctypes.c_int
+    gx = lib.t4_gguf_gemv_packed_x8
+    gx.argtypes = [ctypes.c_int] + [ctypes.c_void_p] * 4 + [ctypes.c_int] * 4 + [ctypes.c_void_p]
+    gx.restype = ctypes.c_int
     return lib
 
 
@@ -47,3 +53,20 @@ def gemv_packed(ggml_type: int, packed: torch.Tensor, x: torch.Tensor, y: torch.
     lib = _lib()
     st = lib.t4_gguf_gemv_packed(ggml_type, ptr(packed), ptr(x), ptr(y), M, N, K, max_ctas, stream(x.device))
     _build.check_status(lib, st, "t4_gguf_gemv_packed")
+
+
+def quantize_x8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, max_ctas: int = 0) -> None:
+    """x [M, K] fp16 -> q [M, K] int8 (value order), s [M, K/32, 2] int32 (d as fp32 bits, sum)."""
+    lib = _lib()
+    M, K = x.shape
+    st = lib.t4_gguf_quantize_x8(ptr(x), ptr(q), ptr(s), M, K, max_ctas, stream(x.device))
+    _build.check_status(lib, st, "t4_gguf_quantize_x8")
+
+
+def gemv_packed_x8(ggml_type: int, packed: torch.Tensor, q: torch.Tensor, s: torch.Tensor, y: torch.Tensor, M: int,
+                   N: int, K: int, max_ctas: int = 0) -> None:
+    """y [M, N] = x~ @ W^T with x~ the int8 activations of :func:`quantize_x8`, W in the GEMV layout."""
+    lib = _lib()
+    st = lib.t4_gguf_gemv_packed_x8(ggml_type, ptr(packed), ptr(q), ptr(s), ptr(y), M, N, K, max_ctas,
+                                    stream(q.device))
+    _build.check_status(lib, st, "t4_gguf_gemv_packed_x8")

@@ -163,6 +163,16 @@ def gemv(w_raw: torch.Tensor, ggml_type: int, x: torch.Tensor, N: int, K: int) -
     return (x.float().cpu() @ w.t()).to(torch.float16).to(x.device)
 
 
+def gemv_x8(w_raw: torch.Tensor, ggml_type: int, x: torch.Tensor, N: int, K: int) -> torch.Tensor:
+    """Int8 activations: y [M, N] fp16 = x~ @ dequant(W)^T in fp32, x~ = q * d the int8 blocks of
+    :func:`t4lib.ops.int8_activations.quantize` and W fp32 (not rounded to fp16)."""
+    from .. import int8_activations as a8
+
+    q, d, _ = a8.quantize(x.cpu())
+    w = dequantize(w_raw.cpu(), ggml_type, (N, K))
+    return (a8.dequantize(q, d) @ w.t()).to(torch.float16).to(x.device)
+
+
 def random_blocks(ggml_type: int, n_blocks: int, *, seed: int = 0, scale: float = 0.01) -> torch.Tensor:
     """Random valid blocks: random bytes with every fp16 scale field finite
     (|d| ~ scale, random sign)."""

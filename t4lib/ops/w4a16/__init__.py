@@ -9,6 +9,15 @@ dequantizes in registers.
 ``gemm(x, w)``: any M (prefill), WMMA m16n16k16 tensor cores on weight tiles
 dequantized into shared memory, fp32 accumulation.
 
+``activations="int8"`` (GEMV only, opt-in): W4A8. ``x`` is first quantized
+to int8 per block of 32 values (:mod:`t4lib.ops.int8_activations`, one small
+kernel), then the dot products run as DP4A integer sums, about a fifth of the
+instructions of dequantizing to fp16: on an H200 this is what gets the M = 1
+GEMV near copy bandwidth (results/nvidia-h200/w4a16_gemv.json). The result is
+the product of the *quantized* activations, so it differs from the fp16 one by
+up to :func:`t4lib.ops.int8_activations.error_bound`; against its own reference
+(:func:`.reference.gemv_int8`) it is exact to fp32 summation.
+
 ``max_ctas`` caps the CUDA grid (occupancy pacing); every kernel is
 grid-stride, so the result is bit-identical for any cap. The reference path
 ignores it. Semantics and the kernels' error bound: :mod:`.reference`.
@@ -19,6 +28,7 @@ import torch
 
 from ...quant.w4a16 import QuantizedWeight
 from .._dispatch import check, check_grid_cap, use_cuda
+from ..int8_activations import BLOCK as X8_BLOCK, check_activations
 from . import binding, reference
 
 __all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M", "MATMUL_GEMV_MAX_M"]
@@ -73,6 +83,25 @@ def _(x, qweight, scales, group_size, max_ctas):
     return x.new_empty(x.shape[0], qweight.shape[0])
 
 
+@torch.library.custom_op("t4lib::w4a16_gemv_int8", mutates_args=())
+def _gemv_int8_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
+                    max_ctas: int) -> torch.Tensor:
+    x = _aligned(x)
+    _check_cuda_weight(qweight, scales)
+    M, K = x.shape
+    q = torch.empty(M, K, dtype=torch.int8, device=x.device)  # K % 32 == 0: 16-byte aligned rows
+    s = torch.empty(M, K // X8_BLOCK, 2, dtype=torch.int32, device=x.device)  # (d as fp32 bits, sum) per block
+    out = torch.empty(M, qweight.shape[0], dtype=torch.float16, device=x.device)
+    binding.quantize_x8(x, q, s, max_ctas)
+    binding.gemv_x8(q, s, qweight, scales, group_size, out, max_ctas)
+    return out
+
+
+@_gemv_int8_cuda.register_fake
+def _(x, qweight, scales, group_size, max_ctas):
+    return x.new_empty(x.shape[0], qweight.shape[0])
+
+
 @torch.library.custom_op("t4lib::w4a16_gemm", mutates_args=())
 def _gemm_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
                max_ctas: int) -> torch.Tensor:
@@ -89,9 +118,14 @@ def _(x, qweight, scales, group_size, max_ctas):
     return x.new_empty(x.shape[0], qweight.shape[0])
 
 
-def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
+def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto",
+         activations: str = "fp16") -> torch.Tensor:
     """[M, K] fp16 (M = 1..8) @ W_deq[N, K]^T -> [M, N] fp16 (see module docstring)."""
     _validate(x, w, max_ctas, gemv_range=True)
+    if check_activations(activations) == "int8":
+        if use_cuda(backend, binding.FAMILY, x.device):
+            return _gemv_int8_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
+        return reference.gemv_int8(x, w)
     if use_cuda(backend, binding.FAMILY, x.device):
         return _gemv_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
     return reference.gemv(x, w)
@@ -105,8 +139,12 @@ def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, ba
     return reference.gemm(x, w)
 
 
-def matmul(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
-    """GEMV for M <= MATMUL_GEMV_MAX_M, GEMM above: what QuantLinear calls."""
+def matmul(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto",
+           activations: str = "fp16") -> torch.Tensor:
+    """GEMV for M <= MATMUL_GEMV_MAX_M, GEMM above: what QuantLinear calls.
+
+    ``activations="int8"`` applies to the GEMV (decode) only; the GEMM (prefill) keeps fp16 activations."""
+    check_activations(activations)
     if isinstance(x, torch.Tensor) and x.dim() == 2 and 1 <= x.shape[0] <= MATMUL_GEMV_MAX_M:
-        return gemv(x, w, max_ctas=max_ctas, backend=backend)
+        return gemv(x, w, max_ctas=max_ctas, backend=backend, activations=activations)
     return gemm(x, w, max_ctas=max_ctas, backend=backend)

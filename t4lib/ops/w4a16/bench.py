@@ -4,7 +4,12 @@ weights) against Hugging Face ``generate`` with a static cache.
 
 Shapes are written ``KxN`` (in_features x out_features), e.g. ``5120x17408`` is
 a 5120 -> 17408 projection. ``bytes_moved`` for the quantized kernels is what
-they read and write: packed weights + scales + x + y. Entry point:
+they read and write: packed weights + scales + x + y (x counted as fp16 for
+the int8-activation cases too: their int8 x is half that, under 0.2% of the
+bytes at these shapes). ``w4a8_gemv`` is the public op with
+``activations="int8"`` (quantize x, then the DP4A GEMV: two kernels);
+``w4a8_gemv_kernel`` the GEMV kernel alone on x quantized beforehand, as
+when one quantized x feeds several projections. Entry point:
 ``run(out_dir)`` writes ``w4a16_gemv.json``, ``w4a16_gemm.json`` and
 ``w4a16_serving.json`` under ``out_dir`` and returns all figures.
 """
@@ -20,7 +25,7 @@ import torch.nn.functional as F
 
 from ... import bench, hw, results
 from ...quant.w4a16 import QuantizedWeight
-from . import gemm, gemv
+from . import binding, gemm, gemv
 
 SOURCE = "t4lib.ops.w4a16.bench"
 GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896), (896, 896), (1536, 8960),
@@ -56,6 +61,15 @@ def _qbytes(M, K, N, g=128):
     return N * K // 2 + N * (K // g) * 2 + M * K * 2 + M * N * 2
 
 
+def _x8_set(M, K, N, dev="cuda"):
+    """x quantized by the library's kernel, the weight, an output buffer: the W4A8 GEMV kernel's inputs."""
+    x = torch.randn(M, K, device=dev).half()
+    xq = torch.empty(M, K, dtype=torch.int8, device=dev)
+    xs = torch.empty(M, K // 32, 2, dtype=torch.int32, device=dev)
+    binding.quantize_x8(x, xq, xs)
+    return xq, xs, *_rand_qw(N, K), torch.empty(M, N, dtype=torch.float16, device=dev)
+
+
 def gemv_cases(M, K, N, with_bnb=True):
     dev = "cuda"
     cases = {
@@ -63,6 +77,9 @@ def gemv_cases(M, K, N, with_bnb=True):
                         lambda: (torch.randn(M, K, device=dev).half(), torch.randn(N, K, device=dev).half() * 0.02)),
         "w4a16_gemv": (lambda x, q, s: gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda"),
                        lambda: (torch.randn(M, K, device=dev).half(), *_rand_qw(N, K))),
+        "w4a8_gemv": (lambda x, q, s: gemv(x, QuantizedWeight(q, s, N, K, 128), backend="cuda", activations="int8"),
+                      lambda: (torch.randn(M, K, device=dev).half(), *_rand_qw(N, K))),
+        "w4a8_gemv_kernel": (lambda xq, xs, q, s, y: binding.gemv_x8(xq, xs, q, s, 128, y), lambda: _x8_set(M, K, N)),
     }
     bnb = _bnb() if with_bnb else None
     if bnb is not None:
@@ -100,9 +117,11 @@ def _gemv_section(figs, errors, quick):
                                        SOURCE, note=f"cuBLAS reads its fp16 weight: {fp16_bytes} bytes / median "
                                                     f"time / copy bandwidth"))
             if "bnb_nf4" in res["cases"]:
-                figs.append(results.figure(f"{name}/w4a16_gemv/speedup_vs_bnb_nf4",
-                                           res["cases"]["bnb_nf4"]["median_s"] / res["cases"]["w4a16_gemv"]["median_s"],
-                                           "x", "ARITHMETIC", SOURCE, note="median bnb NF4 / median w4a16, same run"))
+                for case in ("w4a16_gemv", "w4a8_gemv"):
+                    figs.append(results.figure(f"{name}/{case}/speedup_vs_bnb_nf4",
+                                               res["cases"]["bnb_nf4"]["median_s"] / res["cases"][case]["median_s"],
+                                               "x", "ARITHMETIC", SOURCE,
+                                               note=f"median bnb NF4 / median {case}, same run"))
         except Exception as e:
             errors.append(f"{name}: {type(e).__name__}: {e}")
     if _bnb() is None:
@@ -180,7 +199,7 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
     ``(new_tokens - 1) / (t(new_tokens) - t(1))``: its end-to-end time minus its
     own prefill, so the decode figures compare like with like.
     """
-    from ...quant import quantize_model, weight_bytes
+    from ...quant import quantize_model, set_activations, weight_bytes
     from ...serving import StaticEngine, fuse_projections, hf_generate, unfuse_projections
 
     figs = []
@@ -248,6 +267,21 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
              f"+ mean KV cache) x decode steps/s / copy bandwidth")
     fig("engine_w4a16/t4_projection_decode", 1.0 / hw.t4_time_estimate(r.bytes_per_step), "tokens/s", "ESTIMATED",
         note="T4 roofline: bytes per decode step / 260 GB/s")
+    del eng
+    set_activations(m, "int8")  # W4A8: the decode GEMVs on int8 activations (other numerics)
+    eng = engine()
+    r8 = eng.generate(ids, new_tokens)
+    fig("engine_w4a8/decode_tokens_per_s", r8.decode_tokens_per_s, "tokens/s",
+        note="as engine_w4a16 with activations='int8' on every QuantLinear (decode GEMVs W4A8)", **_engine_meta(r8))
+    fig("engine_w4a8/frac_copy_bw", r8.frac_copy_bw, "fraction", "ARITHMETIC",
+        note=f"bandwidth achieved: {r8.bytes_per_step:.4g} bytes per decode step x decode steps/s / copy bandwidth")
+    fig("engine_w4a8/greedy_token_agreement_with_w4a16", (r8.new_tokens == r.new_tokens).float().mean().item(),
+        "fraction", note="share of the greedy tokens equal to W4A16's, position by position (random weights: "
+                         "one early difference changes every later token)")
+    if hf_baseline:
+        fig("engine_w4a8/decode_speedup_vs_hf_static", r8.decode_tokens_per_s / hf_decode, "x", "ARITHMETIC",
+            note="decode tokens/s of StaticEngine W4A8 / HF static-cache generate (fp16), same process")
+    set_activations(m, "fp16")
     if hf_baseline:
         fig("engine_w4a16/decode_speedup_vs_hf_static", r.decode_tokens_per_s / hf_decode, "x", "ARITHMETIC",
             note="decode tokens/s of StaticEngine W4A16 / HF static-cache generate (fp16), same process")

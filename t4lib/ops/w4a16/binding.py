@@ -22,6 +22,10 @@ def _lib() -> ctypes.CDLL:
     lib.t4_w4a16_gemm_splits.restype = _I
     lib.t4_w4a16_gemm.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_gemm.restype = _I
+    lib.t4_w4a16_quantize_x8.argtypes = [_P, _P, _P, _I, _I, _I, _P]
+    lib.t4_w4a16_quantize_x8.restype = _I
+    lib.t4_w4a16_gemv_x8.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_gemv_x8.restype = _I
     return lib
 
 
@@ -34,6 +38,25 @@ def gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
     st = lib.t4_w4a16_gemv(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
                            stream(x.device))
     _build.check_status(lib, st, "t4_w4a16_gemv")
+
+
+def quantize_x8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, max_ctas: int = 0) -> None:
+    """x [M, K] fp16 -> q [M, K] int8 (INT4 nibble order), s [M, K/32, 2] int32 (d as fp32 bits, sum)."""
+    lib = _lib()
+    M, K = x.shape
+    st = lib.t4_w4a16_quantize_x8(ptr(x), ptr(q), ptr(s), M, K, max_ctas, stream(x.device))
+    _build.check_status(lib, st, "t4_w4a16_quantize_x8")
+
+
+def gemv_x8(q: torch.Tensor, s: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
+            out: torch.Tensor, max_ctas: int = 0) -> None:
+    """out [M, N] = x~ @ (q_w * s_w)^T with x~ the int8 activations of :func:`quantize_x8` (W4A8)."""
+    lib = _lib()
+    M, K = q.shape
+    N = qweight.shape[0]
+    st = lib.t4_w4a16_gemv_x8(ptr(qweight), ptr(scales), ptr(q), ptr(s), ptr(out), M, N, K, group_size, max_ctas,
+                              stream(q.device))
+    _build.check_status(lib, st, "t4_w4a16_gemv_x8")
 
 
 @functools.lru_cache(maxsize=4096)

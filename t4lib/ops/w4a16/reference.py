@@ -16,6 +16,13 @@ Tolerance of the CUDA kernels against this reference (:func:`tolerance`):
   inside the same bound.
 
 ``tolerance`` returns ``2.5e-3 * (|x| @ |W_deq|^T) + 1e-3 * |y_ref| + 1e-5`` elementwise.
+
+Int8 activations (``activations="int8"``, GEMV only, see
+:mod:`t4lib.ops.int8_activations`): ``y = fp16( x~ @ (q * s)^T )`` with ``x~``
+the int8-quantized activations and ``q * s`` the exact fp32 product (not
+rounded to fp16). The kernel sums each 32-value chunk exactly in integers and
+applies ``s * d`` in fp32, so only fp32 rounding and the final fp16 rounding
+differ: :func:`tolerance_int8` is ``1e-4 * (|x~| @ |q * s|^T) + 1e-3 * |y_ref| + 1e-5``.
 """
 from __future__ import annotations
 
@@ -30,6 +37,30 @@ def matmul(x: torch.Tensor, w) -> torch.Tensor:
 
 gemv = matmul
 gemm = matmul
+
+
+def _exact_weight(w) -> torch.Tensor:
+    """[N, K] fp32 q * s (exact: 4-bit times 11-bit significands)."""
+    s = w.scales.to(torch.float32).repeat_interleave(w.group_size, dim=1)
+    return w.unpack().to(torch.float32).to(s.device) * s
+
+
+def gemv_int8(x: torch.Tensor, w) -> torch.Tensor:
+    """W4A8: fp16( x~ @ (q * s)^T ) in fp32, x~ the int8 activations of x [M, K] fp16 -> [M, N] fp16."""
+    from ..int8_activations import dequantize, quantize
+
+    q, d, _ = quantize(x)
+    wq = _exact_weight(w).to(x.device)
+    return (dequantize(q, d) @ wq.t()).to(torch.float16)
+
+
+def tolerance_int8(x: torch.Tensor, w, y_ref: torch.Tensor) -> torch.Tensor:
+    """Elementwise absolute tolerance [M, N] of the W4A8 kernel against :func:`gemv_int8`."""
+    from ..int8_activations import dequantize, quantize
+
+    q, d, _ = quantize(x)
+    bound = dequantize(q, d).abs() @ _exact_weight(w).abs().to(x.device).t()
+    return 1e-4 * bound + 1e-3 * y_ref.to(torch.float32).abs() + 1e-5
 
 
 def tolerance(x: torch.Tensor, w, y_ref: torch.Tensor | None = None) -> torch.Tensor:
