@@ -238,3 +238,28 @@ def test_quality_splits_and_errors():
         quality.heldout_documents(("math_train.jsonl",))
     with pytest.raises(ValueError, match="primary"):
         quality.run(None, group_sizes=(64, 128), primary=32, write=False)
+
+
+def test_activation_quality_decodes_with_int8_activations(tmp_path):
+    import json
+
+    from t4lib.quant import quality
+
+    r = quality.activation_quality(tmp_path, str(tmp_path / "no-such-model"), 32, n_seq=2, fallback_steps=2)
+    assert r["fallback"] and r["eval_tokens"] == 2 * 63
+    assert 0 < r["kl"] < 0.05 and 0.5 < r["top1_agreement"] <= 1  # int8 moved the predictions, a little
+    figs = {f["name"]: f for f in json.loads((tmp_path / "w4a8_quality.json").read_text())["figures"]}
+    assert figs["w4a8_quality/kl_w4a8_from_w4a16"]["value"] == pytest.approx(r["kl"])
+    assert figs["w4a8_quality/ppl_w4a8_decode"]["device"] == "cpu"
+
+
+def test_decode_log_probs_equal_a_teacher_forced_forward():
+    from t4lib.quant import quality
+
+    model = quality.markov_model(steps=2)
+    ids = quality.markov_tokens(3, 20, seed=5)
+    lp = quality.decode_log_probs(model, ids, batch_size=2)
+    with torch.no_grad():
+        want = torch.log_softmax(model(input_ids=ids).logits.float()[:, :-1], -1)
+    assert lp.shape == want.shape
+    torch.testing.assert_close(lp, want, rtol=0, atol=1e-4)

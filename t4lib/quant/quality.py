@@ -262,6 +262,71 @@ def run(out_dir=None, model_id: str = "tiny-cpu", group_sizes=(32, 64, 128), pri
     return out
 
 
+@torch.no_grad()
+def decode_log_probs(model, ids: torch.Tensor, batch_size: int = 4) -> torch.Tensor:
+    """Next-token log-probabilities [n, T - 1, V] over ``ids [n, T]``, computed as decoding computes them: one
+    token per step against a KV cache, so every Linear layer sees ``batch_size`` rows per step (the GEMV
+    path, where ``activations="int8"`` applies; a teacher-forced forward over whole sequences takes the GEMM
+    and keeps fp16 activations)."""
+    import inspect
+
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    # newer transformers name the argument ``cache``; older ones only know ``past_key_values``
+    arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    out = []
+    for b in ids.to(dev).split(batch_size):
+        cache, steps = DynamicCache(), []
+        for t in range(b.shape[1] - 1):
+            o = model(input_ids=b[:, t:t + 1], use_cache=True, **{arg: cache})
+            cache = o.past_key_values
+            steps.append(torch.log_softmax(o.logits[:, -1].float(), -1).cpu())
+        out.append(torch.stack(steps, 1))
+    return torch.cat(out)
+
+
+def activation_quality(out_dir=None, model_id: str = "tiny-cpu", group_size: int = 32, *, n_seq: int = 8,
+                       seq_len: int = 256, fallback_steps: int = 300, write: bool = True) -> dict:
+    """Int8 activations against fp16 ones on the same RTN W4A16 model, in decode numerics
+    (:func:`decode_log_probs`): perplexity of each on held-out text, the mean KL(W4A16 || W4A8) per token and
+    the share of positions where both predict the same top token. Writes ``w4a8_quality.json`` (device cpu:
+    on the CPU the W4A16 reference computes in the input dtype, fp32, and W4A8 quantizes from fp16)."""
+    from .. import results as R
+    from .linear import set_activations
+    from .model import default_policy, quantize_model
+
+    d = load_or_fallback(model_id, seq_len=seq_len, calib_seqs=8, eval_seqs=n_seq, fallback_steps=fallback_steps)
+    test = d["test"]
+    qm = quantize_model(copy.deepcopy(d["model"]), default_policy(d["model"], group_size, "rtn"))
+    lp16 = decode_log_probs(qm, test)
+    set_activations(qm, "int8")
+    lp8 = decode_log_probs(qm, test)
+    target = test[:, 1:, None]
+    ppl = {k: float(torch.exp(-lp.gather(-1, target).mean())) for k, lp in (("w4a16", lp16), ("w4a8", lp8))}
+    kl = float((lp16.exp() * (lp16 - lp8)).sum(-1).mean())
+    agree = float((lp16.argmax(-1) == lp8.argmax(-1)).float().mean())
+    n_tok = int(target.numel())
+    src = "t4lib.quant.quality.activation_quality"
+    what = (f"model {d['source']}, RTN group {group_size} (lm_head and embeddings fp16); {n_tok} next-token "
+            f"predictions on {d['eval_text']}, decoded one token per step against a KV cache")
+    env = {"device": "cpu", "driver": "n/a", "torch": torch.__version__, "clocks": {}, "throttle": []}
+    figs = [R.figure(f"w4a8_quality/ppl_{k}_decode", v, "perplexity", "MEASURED", src, env=env, note=what,
+                     eval_tokens=n_tok, fallback=d["fallback"]) for k, v in ppl.items()]
+    figs.append(R.figure("w4a8_quality/kl_w4a8_from_w4a16", kl, "nats/token", "MEASURED", src, env=env,
+                         note=f"mean KL(W4A16 || W4A8) per next-token prediction; {what}", eval_tokens=n_tok))
+    figs.append(R.figure("w4a8_quality/top1_agreement", agree, "fraction", "MEASURED", src, env=env,
+                         note=f"share of positions where W4A8 and W4A16 predict the same next token; {what}",
+                         eval_tokens=n_tok))
+    out = {"ppl": ppl, "kl": kl, "top1_agreement": agree, "eval_tokens": n_tok, "source": d["source"],
+           "fallback": d["fallback"], "figures": figs}
+    if write:
+        path = (Path(out_dir) if out_dir is not None else R.results_dir() / "cpu") / "w4a8_quality.json"
+        out["path"] = R.write(path, figs, model=d["source"], fallback=d["fallback"], group_size=group_size,
+                              eval_text=d["eval_text"], eval_tokens=n_tok)
+    return out
+
+
 def main(argv=None) -> None:
     """``python -m t4lib.quant.quality [--model tiny-cpu] [--eval-seqs N]``: the full measurement."""
     import argparse
