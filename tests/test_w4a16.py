@@ -100,13 +100,15 @@ def test_int8_activation_quantization_reference():
     assert perm.tolist() == [[0, 4, 1, 5, 2, 6, 3, 7, 8, 12, 9, 13, 10, 14, 11, 15]]
     with pytest.raises(ValueError, match="multiple of 32"):
         a8.quantize(torch.zeros(1, 48).half())
+    q8, s8 = a8.empty_blocks(3, 128, "cpu")  # the kernels' buffers: q [M, K] int8, s [M, K/32, (d bits, sum)]
+    assert (q8.dtype, tuple(q8.shape), s8.dtype, tuple(s8.shape)) == (torch.int8, (3, 128), torch.int32, (3, 4, 2))
 
 
 def test_int8_gemv_reference_is_the_product_of_quantized_activations():
     w, x = _w(40, 512), _x(3, 512)
     y8 = ops.gemv(x, w, activations="int8")
     q, d, _ = a8.quantize(x)
-    exact = reference._exact_weight(w)
+    exact = reference.exact_weight(w)
     assert torch.equal(y8, (a8.dequantize(q, d) @ exact.t()).half())
     # against the fp16-activation product: inside the quantization bound (plus fp16 output rounding)
     y16 = x.float() @ exact.t()
@@ -268,7 +270,7 @@ def test_gemv_int8_matches_its_reference(M, N, K, g):
     y = ops.gemv(x, w, backend="cuda", activations="int8")
     _check_int8(y, x, w)
     # and inside the quantization bound of the fp16-activation product
-    exact = reference._exact_weight(w)
+    exact = reference.exact_weight(w)
     y16 = x.float() @ exact.t()
     bound = a8.error_bound(x, exact.abs()) + reference.tolerance_int8(x, w, y16)
     assert ((y.float() - y16).abs() <= bound).all()

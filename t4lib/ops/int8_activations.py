@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 
 __all__ = ["BLOCK", "ACTIVATIONS", "check_activations", "quantize", "dequantize", "error_bound",
-           "NIBBLE_ORDER", "nibble_order"]
+           "NIBBLE_ORDER", "nibble_order", "empty_blocks"]
 
 BLOCK = 32
 ACTIVATIONS = ("fp16", "int8")
@@ -75,3 +75,10 @@ def nibble_order(q: torch.Tensor) -> torch.Tensor:
     """q [M, K] in value order -> the byte order the INT4 kernel reads (see NIBBLE_ORDER)."""
     M, K = q.shape
     return q.reshape(M, K // 8, 8)[..., list(NIBBLE_ORDER)].reshape(M, K)
+
+
+def empty_blocks(M: int, K: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The buffers the quantization kernels fill: q [M, K] int8 and s [M, K/32, 2] int32 holding, per block,
+    d as fp32 bits and the integer sum (kernels/gemv.cuh's XBlock). ``s[..., 0].view(torch.float32)`` is d."""
+    return (torch.empty(M, K, dtype=torch.int8, device=device),
+            torch.empty(M, K // BLOCK, 2, dtype=torch.int32, device=device))

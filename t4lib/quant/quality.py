@@ -66,6 +66,11 @@ def markov_model(steps: int = 300, seed: int = 0, hidden: int = 256, layers: int
     return m.eval()
 
 
+def _cpu_env() -> dict:
+    """The environment of figures computed on the CPU (also on a GPU host)."""
+    return {"device": "cpu", "driver": "n/a", "torch": torch.__version__, "clocks": {}, "throttle": []}
+
+
 @torch.no_grad()
 def perplexity(model, ids: torch.Tensor, batch_size: int = 32) -> float:
     """exp(mean next-token NLL) over ``ids [n, T]``."""
@@ -228,7 +233,7 @@ def run(out_dir=None, model_id: str = "tiny-cpu", group_sizes=(32, 64, 128), pri
             f"{calib_tokens} tokens of {d['calib_text']}; lm_head and embeddings fp16")
     env = R.environment()
     if next(model.parameters()).device.type == "cpu" and env["device"] != "cpu":  # a GPU host, computed on the CPU
-        env = {"device": "cpu", "driver": "n/a", "torch": torch.__version__, "clocks": {}, "throttle": []}
+        env = _cpu_env()
     figs = [R.figure("w4a16_quality/ppl_fp", fp, "perplexity", "MEASURED", src, env=env, note=what,
                      eval_tokens=eval_tokens, fallback=d["fallback"])]
     for g, r in rows.items():
@@ -310,7 +315,7 @@ def activation_quality(out_dir=None, model_id: str = "tiny-cpu", group_size: int
     src = "t4lib.quant.quality.activation_quality"
     what = (f"model {d['source']}, RTN group {group_size} (lm_head and embeddings fp16); {n_tok} next-token "
             f"predictions on {d['eval_text']}, decoded one token per step against a KV cache")
-    env = {"device": "cpu", "driver": "n/a", "torch": torch.__version__, "clocks": {}, "throttle": []}
+    env = _cpu_env()
     figs = [R.figure(f"w4a8_quality/ppl_{k}_decode", v, "perplexity", "MEASURED", src, env=env, note=what,
                      eval_tokens=n_tok, fallback=d["fallback"]) for k, v in ppl.items()]
     figs.append(R.figure("w4a8_quality/kl_w4a8_from_w4a16", kl, "nats/token", "MEASURED", src, env=env,

@@ -18,6 +18,7 @@ import torch
 from labbuild import load
 from labcases import time_cases
 from t4lib.ops.deltanet.bench import FFN, HIDDEN
+from t4lib.ops.int8_activations import empty_blocks
 from t4lib.ops.gguf import binding, gguf_gemv_packed, pack_for_gemv, reference as gref, type_id
 
 OUT = os.environ.get("OUT", "/tmp/out")
@@ -38,8 +39,7 @@ def stream():
 
 def x8(K):
     x = torch.randn(1, K, device="cuda").half()
-    q = torch.empty(1, K, dtype=torch.int8, device="cuda")
-    s = torch.empty(1, K // 32, 2, dtype=torch.int32, device="cuda")
+    q, s = empty_blocks(1, K, "cuda")
     binding.quantize_x8(x, q, s)
     return q, s
 

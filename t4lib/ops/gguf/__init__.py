@@ -164,8 +164,7 @@ def _check_int8(t: int, K: int, layout: str) -> None:
 def _gemv_x8_cuda(t: int, packed: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M: int, N: int, K: int,
                   max_ctas: int) -> None:
     """Quantize x to int8 blocks, then the int8-activation GEMV: two launches on the current stream."""
-    q = torch.empty(M, K, dtype=torch.int8, device=x.device)
-    s = torch.empty(M, K // a8.BLOCK, 2, dtype=torch.int32, device=x.device)  # (fp32 d bits, int sum)
+    q, s = a8.empty_blocks(M, K, x.device)
     binding.quantize_x8(x, q, s, max_ctas)
     binding.gemv_packed_x8(t, packed, q, s, y, M, N, K, max_ctas)
 

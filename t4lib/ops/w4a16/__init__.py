@@ -28,7 +28,7 @@ import torch
 
 from ...quant.w4a16 import QuantizedWeight
 from .._dispatch import check, check_grid_cap, use_cuda
-from ..int8_activations import BLOCK as X8_BLOCK, check_activations
+from ..int8_activations import check_activations, empty_blocks
 from . import binding, reference
 
 __all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M", "MATMUL_GEMV_MAX_M"]
@@ -89,8 +89,7 @@ def _gemv_int8_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor
     x = _aligned(x)
     _check_cuda_weight(qweight, scales)
     M, K = x.shape
-    q = torch.empty(M, K, dtype=torch.int8, device=x.device)  # K % 32 == 0: 16-byte aligned rows
-    s = torch.empty(M, K // X8_BLOCK, 2, dtype=torch.int32, device=x.device)  # (d as fp32 bits, sum) per block
+    q, s = empty_blocks(M, K, x.device)  # K % 32 == 0: 16-byte aligned rows of q
     out = torch.empty(M, qweight.shape[0], dtype=torch.float16, device=x.device)
     binding.quantize_x8(x, q, s, max_ctas)
     binding.gemv_x8(q, s, qweight, scales, group_size, out, max_ctas)

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 
 from ... import bench, hw, results
 from ...quant.w4a16 import QuantizedWeight
+from ..int8_activations import empty_blocks
 from . import binding, gemm, gemv
 
 SOURCE = "t4lib.ops.w4a16.bench"
@@ -64,8 +65,7 @@ def _qbytes(M, K, N, g=128):
 def _x8_set(M, K, N, dev="cuda"):
     """x quantized by the library's kernel, the weight, an output buffer: the W4A8 GEMV kernel's inputs."""
     x = torch.randn(M, K, device=dev).half()
-    xq = torch.empty(M, K, dtype=torch.int8, device=dev)
-    xs = torch.empty(M, K // 32, 2, dtype=torch.int32, device=dev)
+    xq, xs = empty_blocks(M, K, dev)
     binding.quantize_x8(x, xq, xs)
     return xq, xs, *_rand_qw(N, K), torch.empty(M, N, dtype=torch.float16, device=dev)
 

@@ -39,7 +39,7 @@ gemv = matmul
 gemm = matmul
 
 
-def _exact_weight(w) -> torch.Tensor:
+def exact_weight(w) -> torch.Tensor:
     """[N, K] fp32 q * s (exact: 4-bit times 11-bit significands)."""
     s = w.scales.to(torch.float32).repeat_interleave(w.group_size, dim=1)
     return w.unpack().to(torch.float32).to(s.device) * s
@@ -50,7 +50,7 @@ def gemv_int8(x: torch.Tensor, w) -> torch.Tensor:
     from ..int8_activations import dequantize, quantize
 
     q, d, _ = quantize(x)
-    wq = _exact_weight(w).to(x.device)
+    wq = exact_weight(w).to(x.device)
     return (dequantize(q, d) @ wq.t()).to(torch.float16)
 
 
@@ -59,7 +59,7 @@ def tolerance_int8(x: torch.Tensor, w, y_ref: torch.Tensor) -> torch.Tensor:
     from ..int8_activations import dequantize, quantize
 
     q, d, _ = quantize(x)
-    bound = dequantize(q, d).abs() @ _exact_weight(w).abs().to(x.device).t()
+    bound = dequantize(q, d).abs() @ exact_weight(w).abs().to(x.device).t()
     return 1e-4 * bound + 1e-3 * y_ref.to(torch.float32).abs() + 1e-5
 
 
