@@ -86,6 +86,7 @@ struct XBlock {
   float d;
   int sum;
 };
+constexpr int kXBlock = 32;  // values per XBlock
 struct X8 {
   const int8_t* q;          // [M, K] int8, row stride ldq bytes
   const XBlock* s;          // [M, K / 32], row stride lds blocks
@@ -101,6 +102,23 @@ struct Args {
   long long ldy;
   int M;                    // 1..kMaxM
 };
+
+// A GEMV over contiguous rows: x (fp16, or its int8 blocks) [M, K] and y [M, N], strides K and N.
+inline Args contiguous_args(const Weights& w, const half* x, half* y, int M) {
+  Args a{};
+  a.w = w;
+  a.x = x;
+  a.ldx = w.K;
+  a.y = y;
+  a.ldy = w.N;
+  a.M = M;
+  return a;
+}
+inline Args contiguous_args_x8(const Weights& w, const int8_t* xq, const XBlock* xs, half* y, int M) {
+  Args a = contiguous_args(w, nullptr, y, M);
+  a.x8 = X8{xq, xs, w.K, w.K / kXBlock};
+  return a;
+}
 
 constexpr int kMaxM = 8;
 constexpr int kWarps = 4;   // warps per CTA
@@ -331,7 +349,6 @@ __device__ __forceinline__ float dot8(const half2 (&w)[4], uint4 xv, float acc) 
 
 // ---------------------------------------------------------------- int8 activations: quantization
 
-constexpr int kXBlock = 32;  // values per XBlock
 
 // Byte position of value j (0..7) of a group of 8 in the INT4 word's nibble order. The word holds
 // values 0..7 in nibble slots 0,4,1,5,2,6,3,7 (t4lib/ops/int4/reference.py), so its low nibbles are

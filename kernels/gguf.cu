@@ -97,21 +97,12 @@ struct GgufTrait {
 template <class F>
 int gemv(const uint8_t* w, const half* x, half* y, int M, int N, int K, int max_ctas, cudaStream_t s) {
   if (K % F::kValues) return static_cast<int>(cudaErrorInvalidValue);
-  t4::gemv::Args a;
-  a.w.data = w;
-  a.w.scales = nullptr;
-  a.w.aux = nullptr;
-  a.w.row_bytes = (long long)(K / F::kValues) * F::kBytes;
-  a.w.N = N;
-  a.w.K = K;
-  a.w.group_size = 0;
-  a.x = x;
-  a.ldx = K;
-  a.y = y;
-  a.ldy = N;
-  a.M = M;
-  return t4::gemv::launch<GgufTrait<F>>(a, max_ctas, s);
+  const t4::gemv::Weights wt{w, nullptr, nullptr, (long long)(K / F::kValues) * F::kBytes, N, K, 0};
+  return t4::gemv::launch<GgufTrait<F>>(t4::gemv::contiguous_args(wt, x, y, M), max_ctas, s);
 }
+
+// The GEMV layout (t4lib/ops/gguf/packing.py) addresses its planes from N and K: no row stride.
+t4::gemv::Weights packed_weights(const uint8_t* w, int N, int K) { return {w, nullptr, nullptr, 0, N, K, 0}; }
 
 }  // namespace
 
@@ -250,19 +241,7 @@ T4_API int t4_gguf_gemv_packed(int ggml_type, const uint8_t* w, const half* x, h
                                int max_ctas, cudaStream_t stream) {
   using namespace t4::gguf;
   if (K % 64 || (ggml_type != Q8_0::kType && K % 256)) return static_cast<int>(cudaErrorInvalidValue);
-  t4::gemv::Args a;
-  a.w.data = w;
-  a.w.scales = nullptr;
-  a.w.aux = nullptr;
-  a.w.row_bytes = 0;  // the layout addresses planes from N, K
-  a.w.N = N;
-  a.w.K = K;
-  a.w.group_size = 0;
-  a.x = x;
-  a.ldx = K;
-  a.y = y;
-  a.ldy = N;
-  a.M = M;
+  const auto a = t4::gemv::contiguous_args(packed_weights(w, N, K), x, y, M);
   switch (ggml_type) {
     case Q8_0::kType: return t4::gemv::launch<gv::PQ8_0>(a, max_ctas, stream);
     case Q3_K::kType: return t4::gemv::launch<gv::PQ3_K>(a, max_ctas, stream);
@@ -287,14 +266,8 @@ T4_API int t4_gguf_gemv_packed_x8(int ggml_type, const uint8_t* w, const int8_t*
                                   int N, int K, int max_ctas, cudaStream_t stream) {
   using namespace t4::gguf;
   if (K % 64 || (ggml_type != Q8_0::kType && K % 256)) return static_cast<int>(cudaErrorInvalidValue);
-  t4::gemv::Args a{};
-  a.w.data = w;
-  a.w.N = N;
-  a.w.K = K;
-  a.x8 = t4::gemv::X8{xq, static_cast<const t4::gemv::XBlock*>(xs), K, K / t4::gemv::kXBlock};
-  a.y = y;
-  a.ldy = N;
-  a.M = M;
+  const auto a = t4::gemv::contiguous_args_x8(packed_weights(w, N, K), xq, static_cast<const t4::gemv::XBlock*>(xs),
+                                              y, M);
   switch (ggml_type) {
     case Q8_0::kType: return t4::gemv::launch<gv::PQ8_0X8>(a, max_ctas, stream);
     case Q3_K::kType: return t4::gemv::launch<gv::PQ3_KX8>(a, max_ctas, stream);

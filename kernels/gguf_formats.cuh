@@ -876,6 +876,14 @@ struct XRows {
     for (int i = i0; i < i0 + 4; ++i) s = dp4a(static_cast<int>(w[i]), q[m][i], s);
     return s;
   }
+  // acc + sum over the block's 16-value halves h of d_x * scale[h] * (sum(w xq) - offset * sum(xq)):
+  // weights stored as u = q_w + offset, one scale per 16 values (kHalves only).
+  T4G_HD float halves_dot(const uint32_t (&w)[8], int m, const float (&scale)[2], int offset, float acc) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      acc = fmaf(b[m].d * scale[h], static_cast<float>(dot4(w, m, 4 * h) - offset * half[m][h]), acc);
+    return acc;
+  }
 };
 
 // ------------------------------------------------------------------ Q8_0, int8 x
@@ -962,13 +970,7 @@ struct PQ3_KX8 : PQ3_K {
             w[4 * h + j] = ((words[2 * e + h] >> (2 * j)) & 0x03030303u) | third(u, 4 * h + j);
         const float ds[2] = {dscale(f[r], 4 * (c & 3) + 2 * e), dscale(f[r], 4 * (c & 3) + 2 * e + 1)};
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float a = acc[r][m];
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            a = fmaf(xr.b[m].d * ds[h], static_cast<float>(xr.dot4(w, m, 4 * h) - 4 * xr.half[m][h]), a);
-          acc[r][m] = a;
-        }
+        for (int m = 0; m < M; ++m) acc[r][m] = xr.halves_dot(w, m, ds, 4, acc[r][m]);
       }
     }
   }
@@ -1000,13 +1002,7 @@ struct PQ6_KX8 : PQ6_K {
         for (int h = 0; h < 2; ++h)  // exact: 11 x 8 bits
           D[h] = d * static_cast<float>(static_cast<int8_t>((f[r].sc >> (8 * (2 * e + h))) & 0xFFu));
 #pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float a = acc[r][m];
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            a = fmaf(xr.b[m].d * D[h], static_cast<float>(xr.dot4(w, m, 4 * h) - 32 * xr.half[m][h]), a);
-          acc[r][m] = a;
-        }
+        for (int m = 0; m < M; ++m) acc[r][m] = xr.halves_dot(w, m, D, 32, acc[r][m]);
       }
     }
   }

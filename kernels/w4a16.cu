@@ -110,7 +110,6 @@ struct Int4X8 : Int4G {
     }
   }
 };
-struct Int4X8Deep : Int4X8 {};  // the same arithmetic under other launch knobs (Tuning below)
 
 }  // namespace
 
@@ -135,16 +134,6 @@ struct Tuning<Int4X8, M> {
   static constexpr int R = 2;
   static constexpr int U = 2;
   static constexpr int kMinBlocks = M <= 2 ? 8 : (M <= 4 ? 5 : 4);
-};
-// Long rows that leave warp slots empty (see t4_w4a16_gemv_x8): two register stages at 6 CTAs per SM,
-// so each of the fewer warps keeps twice the loads in flight. 17408x5120 on an H200: 16.8 us against
-// 18.5 us for Int4X8's knobs (dp4a_lab.json).
-template <int M>
-struct Tuning<Int4X8Deep, M> {
-  static constexpr int R = 2;
-  static constexpr int U = 2;
-  static constexpr bool kPipe = true;
-  static constexpr int kMinBlocks = 6;
 };
 }  // namespace gemv
 }  // namespace t4
@@ -328,20 +317,9 @@ bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 T4_API int t4_w4a16_gemv(const uint32_t* qweight, const half* scales, const half* x, half* y, int M, int N, int K,
                          int group_size, int max_ctas, cudaStream_t stream) {
   if (!valid_group(group_size) || K % group_size) return static_cast<int>(cudaErrorInvalidValue);
-  t4::gemv::Args a;
-  a.w.data = reinterpret_cast<const uint8_t*>(qweight);
-  a.w.scales = scales;
-  a.w.aux = nullptr;
-  a.w.row_bytes = (long long)K / 2;
-  a.w.N = N;
-  a.w.K = K;
-  a.w.group_size = group_size;
-  a.x = x;
-  a.ldx = K;
-  a.y = y;
-  a.ldy = N;
-  a.M = M;
-  return t4::gemv::launch<Int4G>(a, max_ctas, stream);
+  const t4::gemv::Weights w{reinterpret_cast<const uint8_t*>(qweight), scales, nullptr, (long long)K / 2, N, K,
+                            group_size};
+  return t4::gemv::launch<Int4G>(t4::gemv::contiguous_args(w, x, y, M), max_ctas, stream);
 }
 
 // W4A8: x [M, K] fp16 -> int8 blocks for t4_w4a16_gemv_x8 (q [M, K] int8 in the INT4 word's nibble
@@ -355,23 +333,9 @@ T4_API int t4_w4a16_quantize_x8(const half* x, int8_t* q, void* s, int M, int K,
 T4_API int t4_w4a16_gemv_x8(const uint32_t* qweight, const half* scales, const int8_t* xq, const void* xs, half* y,
                             int M, int N, int K, int group_size, int max_ctas, cudaStream_t stream) {
   if (!valid_group(group_size) || K % group_size) return static_cast<int>(cudaErrorInvalidValue);
-  t4::gemv::Args a{};
-  a.w.data = reinterpret_cast<const uint8_t*>(qweight);
-  a.w.scales = scales;
-  a.w.row_bytes = (long long)K / 2;
-  a.w.N = N;
-  a.w.K = K;
-  a.w.group_size = group_size;
-  a.x8 = t4::gemv::X8{xq, static_cast<const t4::gemv::XBlock*>(xs), K, K / t4::gemv::kXBlock};
-  a.y = y;
-  a.ldy = N;
-  a.M = M;
-  // M = 1 with long rows (K >= 8192) that neither split K nor fill the warp slots of 8 CTAs per SM:
-  // the deeper-pipelined knobs. Which lane sums which chunk is the same under both, so the choice
-  // changes time, not results.
-  const int groups = (N + 1) / 2, sms = sm_count();
-  if (M == 1 && K >= 8192 && groups < 32 * sms && t4::gemv::choose_split(groups, K / 32, sms) == 1)
-    return t4::gemv::launch_m<Int4X8Deep, 1>(a, max_ctas, stream);
+  const t4::gemv::Weights w{reinterpret_cast<const uint8_t*>(qweight), scales, nullptr, (long long)K / 2, N, K,
+                            group_size};
+  const auto a = t4::gemv::contiguous_args_x8(w, xq, static_cast<const t4::gemv::XBlock*>(xs), y, M);
   return t4::gemv::launch<Int4X8>(a, max_ctas, stream);
 }
 

@@ -259,7 +259,7 @@ def test_quantize_x8_kernel_bit_exact(M, K):
     assert torch.equal(s[..., 1].cpu(), rs)
 
 
-# (1, 4300, 8448): long rows that leave warp slots empty on a large GPU: the deeper-pipelined M = 1 knobs.
+# (1, 4300, 8448): long rows that neither split K nor fill the warp slots of a large GPU.
 @pytest.mark.gpu
 @pytest.mark.parametrize("g", [32, 128])
 @pytest.mark.parametrize("M,N,K", SHAPES + [(1, 4300, 8448)])

@@ -11,25 +11,14 @@ struct Tuned : F {};
 
 // INT4-g128 weights (qweight [N, K/8] int32, scales [N, K/128] fp16), M = 1.
 inline t4::gemv::Args int4_args(const void* qw, const void* sc, const void* x, void* y, int N, int K) {
-  t4::gemv::Args a;
-  a.w = {static_cast<const uint8_t*>(qw), static_cast<const half*>(sc), nullptr, (long long)K / 2, N, K, 128};
-  a.x = static_cast<const half*>(x);
-  a.ldx = K;
-  a.y = static_cast<half*>(y);
-  a.ldy = N;
-  a.M = 1;
-  return a;
+  const t4::gemv::Weights w{static_cast<const uint8_t*>(qw), static_cast<const half*>(sc), nullptr, (long long)K / 2,
+                            N, K, 128};
+  return t4::gemv::contiguous_args(w, static_cast<const half*>(x), static_cast<half*>(y), 1);
 }
 
 inline t4::gemv::Args block_args(const void* w, long long row_bytes, const void* x, void* y, int M, int N, int K) {
-  t4::gemv::Args a;
-  a.w = {static_cast<const uint8_t*>(w), nullptr, nullptr, row_bytes, N, K, 0};
-  a.x = static_cast<const half*>(x);
-  a.ldx = K;
-  a.y = static_cast<half*>(y);
-  a.ldy = N;
-  a.M = M;
-  return a;
+  const t4::gemv::Weights wt{static_cast<const uint8_t*>(w), nullptr, nullptr, row_bytes, N, K, 0};
+  return t4::gemv::contiguous_args(wt, static_cast<const half*>(x), static_cast<half*>(y), M);
 }
 }  // namespace lab
 
