@@ -530,29 +530,37 @@ def test_cuda_gemv_benchmark_shapes(name, N, K):
         _gemv_check(t, N, K, 1, seed=N, layout=layout)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("name", PACKED_NAMES)
-def test_cuda_gemv_graph_replay_and_inplace_update(name):
-    """As the benchmark runs it: eager warm-up, then CUDA-graph capture and replay over rotating weights."""
-    t = type_id(name)
-    N, K, nv = 512, 5120, FORMATS[t][1]
+def _replayed_over_weight_sets(t, N, K, seed, rows, **kw):
+    """Weight sets (random blocks, x [M, K] for M in rows) run eagerly, then captured in one CUDA graph and
+    replayed into NaN-filled outputs; asserts replay == eager. Returns (sets, eager, outputs, graph)."""
+    nv = FORMATS[t][1]
     sets = []
-    for s in range(3):
-        raw = ref.random_blocks(t, N * K // nv, seed=20 + s, scale=0.01).reshape(-1).cuda()
-        sets.append((raw, torch.randn(1, K, device="cuda").half()))
-    eager = [gguf_gemv(r, t, x, N, K, backend="cuda").clone() for r, x in sets]
-    outs = [torch.full((1, N), float("nan"), dtype=torch.float16, device="cuda") for _ in sets]
+    for s, M in enumerate(rows):
+        raw = ref.random_blocks(t, N * K // nv, seed=seed + s, scale=0.01).reshape(-1).cuda()
+        sets.append((raw, torch.randn(M, K, device="cuda").half()))
+    eager = [gguf_gemv(r, t, x, N, K, backend="cuda", **kw).clone() for r, x in sets]
+    outs = [torch.full((x.shape[0], N), float("nan"), dtype=torch.float16, device="cuda") for _, x in sets]
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for (r, x), o in zip(sets, outs):
-            gguf_gemv(r, t, x, N, K, backend="cuda", out=o)
+            gguf_gemv(r, t, x, N, K, backend="cuda", out=o, **kw)
     for o in outs:
         o.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
     for o, e in zip(outs, eager):
         assert torch.equal(o, e)
+    return sets, eager, outs, g
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", PACKED_NAMES)
+def test_cuda_gemv_graph_replay_and_inplace_update(name):
+    """As the benchmark runs it: eager warm-up, then CUDA-graph capture and replay over rotating weights."""
+    t = type_id(name)
+    N, K = 512, 5120
+    sets, eager, _, _ = _replayed_over_weight_sets(t, N, K, 20, (1, 1, 1))
     for (r, x), e in zip(sets, eager):
         w = ref.dequantize(r.cpu(), t, (N, K)).half().float()
         want = x.float().cpu() @ w.t()
@@ -639,24 +647,8 @@ def test_cuda_int8_gemv_rejects_a_type_without_int8_trait():
 def test_cuda_int8_gemv_graph_capture(name):
     """Quantization and GEMV captured in one CUDA graph: replay matches eager, and follows x updated in place."""
     t = type_id(name)
-    N, K, nv = 512, 5120, FORMATS[t][1]
-    sets = []
-    for s, M in enumerate((1, 2, 3)):
-        raw = ref.random_blocks(t, N * K // nv, seed=30 + s, scale=0.01).reshape(-1).cuda()
-        sets.append((raw, torch.randn(M, K, device="cuda").half()))
-    eager = [gguf_gemv(r, t, x, N, K, backend="cuda", activations="int8").clone() for r, x in sets]
-    outs = [torch.full((x.shape[0], N), float("nan"), dtype=torch.float16, device="cuda") for _, x in sets]
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for (r, x), o in zip(sets, outs):
-            gguf_gemv(r, t, x, N, K, backend="cuda", out=o, activations="int8")
-    for o in outs:
-        o.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    for o, e in zip(outs, eager):
-        assert torch.equal(o, e)
+    N, K = 512, 5120
+    sets, eager, outs, g = _replayed_over_weight_sets(t, N, K, 30, (1, 2, 3), activations="int8")
     raw, x = sets[1]
     x.copy_(torch.randn(x.shape, device="cuda").half())  # in place: the captured quantization reads it
     g.replay()

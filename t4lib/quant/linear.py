@@ -17,7 +17,7 @@ class QuantLinear(nn.Module):
     input dtypes are cast and the result cast back); ``max_ctas`` (attribute)
     caps the kernels' grids for occupancy pacing. ``activations`` (attribute,
     "fp16" or "int8"; :func:`set_activations` sets a whole model): "int8" runs
-    the GEMV rows (M <= 4, decode) as W4A8, activations quantized to int8 per
+    the GEMV rows (M <= ``ops.w4a16.MATMUL_GEMV_MAX_M``, decode) as W4A8, activations quantized to int8 per
     block of 32 (other numerics, see :mod:`t4lib.ops.int8_activations`); the
     GEMM keeps fp16 activations.
     """

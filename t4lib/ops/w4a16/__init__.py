@@ -12,8 +12,9 @@ dequantized into shared memory, fp32 accumulation.
 ``activations="int8"`` (GEMV only, opt-in): W4A8. ``x`` is first quantized
 to int8 per block of 32 values (:mod:`t4lib.ops.int8_activations`, one small
 kernel), then the dot products run as DP4A integer sums, about a fifth of the
-instructions of dequantizing to fp16: on an H200 this is what gets the M = 1
-GEMV near copy bandwidth (results/nvidia-h200/w4a16_gemv.json). The result is
+instructions of dequantizing to fp16: on an H200 it takes the M = 1 GEMV at the
+27B shapes from about 0.5 to about 0.6 of copy bandwidth, quantization included
+(results/nvidia-h200/w4a16_gemv.json). The result is
 the product of the *quantized* activations, so it differs from the fp16 one by
 up to :func:`t4lib.ops.int8_activations.error_bound`; against its own reference
 (:func:`.reference.gemv_int8`) it is exact to fp32 summation.
