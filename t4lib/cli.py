@@ -61,6 +61,9 @@ def _verify(args) -> int:
                       "checks": entry["checks"], "gpu_tests": entry["gpu_tests"]["counts"],
                       "sanitizers_clean": entry.get("sanitizers_clean", "not run"),
                       "passed": entry["passed"]}, indent=1))
+    print(verify.verdict(entry))
+    ok, why = verify.check_ledger()
+    print(f"check_ledger: {'accepts' if ok else 'REJECTS'}: {why}")
     if not entry["passed"]:
         print(entry["gpu_tests"]["tail"], file=sys.stderr)
     return 0 if entry["passed"] else 1
@@ -91,11 +94,19 @@ def _bench(args) -> int:
 
 
 def _report(args) -> int:
-    from . import results
+    from . import readme_results, results
+
+    if args.readme:
+        changed = readme_results.update(args.readme)
+        print(f"{args.readme}: results table {'regenerated' if changed else 'already current'}")
+        return 0
 
     text = results.report()
     if args.out:
-        Path(args.out).write_text("# Results\n\nEvery figure under `results/`, with its tag and device.\n\n" + text)
+        Path(args.out).write_text("# Results\n\n" + results.LAYOUT_MD + "\n## Figures\n\nEvery figure under "
+                                  "`results/`, with its tag, device and provenance (whether the kernel sources "
+                                  "changed since it was measured; `python -m t4lib report --out results/README.md` "
+                                  "writes this file).\n\n" + text)
         print(f"wrote {args.out}")
     else:
         print(text)
@@ -124,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--out")
     r = sub.add_parser("report", help="Markdown table of every figure under results/")
     r.add_argument("--out")
+    r.add_argument("--readme", help="regenerate the results table of this README (README.md) from results/")
     args = p.parse_args(argv)
     return {"info": _info, "build": _build_cmd, "verify": _verify, "bench": _bench, "report": _report}[args.cmd](args)
 

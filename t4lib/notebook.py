@@ -1,7 +1,20 @@
-"""Small helpers every notebook uses: profile resolution and result paths."""
+"""Small helpers every notebook uses: the install cell, profile resolution and result paths."""
 from __future__ import annotations
 
 from pathlib import Path
+
+# The one repository URL; pyproject.toml's [project.urls] Repository declares the same (tested).
+REPOSITORY_URL = "https://github.com/t4lib/t4lib"
+
+# The first code cell of every notebook, verbatim (tests/test_install_cell.py compares each
+# notebook's to it). It cannot import t4lib (it is what installs it), so the URL is spelled out.
+INSTALL_CELL = f"""\
+# Colab / Kaggle: fetch and install t4lib (kernels are built from source on first use). Elsewhere: nothing.
+import os, subprocess, sys
+if ("google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ) and not os.path.isdir("t4lib"):
+    subprocess.run(["git", "clone", "--depth", "1", os.environ.get("T4LIB_GIT", "{REPOSITORY_URL}"), "t4lib"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "t4lib[notebooks]"], check=True)
+    sys.path.insert(0, os.path.abspath("t4lib"))"""
 
 PROFILES = ("auto", "cpu", "gpu", "t4", "kaggle-2xt4")
 

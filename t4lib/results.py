@@ -8,9 +8,14 @@ A figure is a dict::
 ``MEASURED`` figures carry the device they were measured on and the clocks and
 throttle reasons NVML reported; ``ESTIMATED`` figures (projections such as the
 T4 roofline) say their model in ``note``; ``ARITHMETIC`` figures are derived
-from other figures. A results file is ``{"schema": 1, "figures": [...], ...}``;
-``validate_file`` checks one and the test suite checks every file under
-``results/``.
+from other figures. A results file is ``{"schema": 1, "provenance": {...},
+"figures": [...], ...}``; ``validate_file`` checks one and the test suite checks
+every file under ``results/``.
+
+``provenance`` ties a file to the code it was measured with: the git commit
+(and whether tracked files differed from it) and the GPU verification ledger's
+sources hash (``t4lib.verify``). ``report`` marks the figures whose sources
+changed since; files written before provenance existed are marked as such.
 """
 from __future__ import annotations
 
@@ -18,6 +23,8 @@ import datetime as _dt
 import json
 import math
 import os
+import re
+import subprocess
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -52,6 +59,34 @@ def environment() -> dict[str, Any]:
     }
 
 
+def git_commit(repo: Path = REPO_ROOT) -> tuple[str, bool | None]:
+    """(commit, dirty) of the checkout. A copy without ``.git`` (a tree shipped to a GPU machine)
+    takes the commit from ``$T4LIB_COMMIT`` (dirty unknown), else ("unknown", None)."""
+    fallback = (os.environ.get("T4LIB_COMMIT") or "unknown", None)
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return fallback
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                capture_output=True, text=True, timeout=30)
+        return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return fallback
+
+
+def current_sources_sha256() -> str:
+    """The verification ledger's hash of every source that decides what a kernel computes."""
+    from . import verify  # verify imports this module: imported here, not at the top
+
+    return verify.combined_hash(verify.source_hashes())
+
+
+def provenance() -> dict[str, Any]:
+    """What a results file was measured with: commit, dirty tree, ledger sources hash."""
+    commit, dirty = git_commit()
+    return {"commit": commit, "dirty": dirty, "sources_sha256": current_sources_sha256()}
+
+
 def figure(name: str, value: float, unit: str, tag: str, source: str, *,
            env: dict[str, Any] | None = None, note: str | None = None, **extra: Any) -> dict[str, Any]:
     """Build one figure. ``env`` defaults to the live environment for MEASURED
@@ -81,7 +116,8 @@ def _num(v: Any) -> Any:
 
 def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], **meta: Any) -> Path:
     """Validate and write a results file; returns its path."""
-    doc = {"schema": SCHEMA_VERSION, "written": now(), **meta, "figures": list(figures)}
+    doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(), **meta,
+           "figures": list(figures)}
     validate(doc)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -93,6 +129,12 @@ def validate(doc: dict[str, Any]) -> None:
     """Raise ValueError naming the first problem in a results document."""
     if doc.get("schema") != SCHEMA_VERSION:
         raise ValueError(f"schema must be {SCHEMA_VERSION}, got {doc.get('schema')!r}")
+    prov = doc.get("provenance")
+    if prov is not None:  # optional: files written before it existed carry none
+        if not isinstance(prov, dict) or not isinstance(prov.get("commit"), str) or not prov["commit"]:
+            raise ValueError(f"provenance must be a dict with a 'commit' string, got {prov!r}")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(prov.get("sources_sha256"))):
+            raise ValueError(f"provenance.sources_sha256 must be a sha256 hex digest, got {prov.get('sources_sha256')!r}")
     figs = doc.get("figures")
     if not isinstance(figs, list):
         raise ValueError("'figures' must be a list")
@@ -127,12 +169,70 @@ def validate_file(path: str | os.PathLike) -> None:
         raise ValueError(f"{path}: {e}") from None
 
 
+# ---------------------------------------------------------------- layout and lab records
+
+LAYOUT_MD = """\
+## Layout
+
+- `results/<device-slug>/` (for example `nvidia-h200/`, `cpu/`): the figures (`*.json` with `"figures"`, written
+  through `t4lib.results.write`, each file with its `provenance`: commit and ledger sources hash) and the
+  notebooks executed on that device, with their plots. Companion documents a benchmark writes beside its
+  figures (such as `contract_plan.json`) stay with them.
+- `results/<device-slug>/labs/`: experiment records of the labs under `tools/` (launch-shape sweeps, ablations,
+  recipe sweeps). Each is one JSON object with at least `device`, `commit` (the commit the lab ran on: its
+  source is that commit's version of the script), `command` and `date`; the library never reads them, the
+  notebooks load them through `t4lib.results.load_labs`. A lab whose script is no longer in the tree is removed.
+- `results/<device-slug>/logs/`: logs of the runs (compute-sanitizer, Nsight Compute, SASS dumps).
+- `results/verification/<device-slug>.json`: the GPU verification ledger (`python -m t4lib verify`).
+"""
+
+LAB_KEYS = ("device", "commit", "command", "date")
+
+
+def lab_record(command: str) -> dict[str, Any]:
+    """The fields every lab record starts with: the device, the commit, the command, the date."""
+    from . import hw
+
+    return {"device": hw.device_info()["name"], "commit": git_commit()[0], "command": command, "date": now()}
+
+
+def validate_lab(doc: Any, where: str = "lab record") -> None:
+    """Raise ValueError naming the first missing or malformed field of a lab record."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: must be a JSON object, got {type(doc).__name__}")
+    missing = [k for k in LAB_KEYS if not doc.get(k)]
+    if missing:
+        raise ValueError(f"{where}: missing {missing} (every lab record carries {list(LAB_KEYS)})")
+    if not isinstance(doc["device"], str):
+        raise ValueError(f"{where}: device must be a string, got {doc['device']!r}")
+    if not re.fullmatch(r"[0-9a-f]{7,40}", str(doc["commit"])):
+        raise ValueError(f"{where}: commit must be a git commit hash, got {doc['commit']!r}")
+    if not isinstance(doc["command"], str) or not doc["command"].split()[0] in ("python", "python3", "bash"):
+        raise ValueError(f"{where}: command must be the command line that ran the lab, got {doc['command']!r}")
+    try:
+        _dt.datetime.fromisoformat(str(doc["date"]))
+    except ValueError:
+        raise ValueError(f"{where}: date must be ISO 8601, got {doc['date']!r}") from None
+
+
+def load_labs(device_slug: str, root: str | os.PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """Every lab record of one device, ``{file stem: record}``, each validated. The one way
+    notebooks read lab records; the library itself never does."""
+    d = (Path(root) if root else results_dir()) / device_slug / "labs"
+    out = {}
+    for p in sorted(d.glob("*.json")):
+        doc = json.loads(p.read_text())
+        validate_lab(doc, str(p))
+        out[p.stem] = doc
+    return out
+
+
 def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:
     """Every results document under ``root`` (the verification ledger excluded)."""
     root = Path(root) if root else results_dir()
     out = []
     for p in sorted(root.rglob("*.json")):
-        if "verification" in p.parts:
+        if "verification" in p.parts or "labs" in p.parts:
             continue
         doc = json.loads(p.read_text())
         if isinstance(doc, dict) and "figures" in doc:
@@ -140,14 +240,28 @@ def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str
     return out
 
 
+def provenance_status(doc: dict[str, Any], current: str | None = None) -> str:
+    """``current`` (measured on today's sources), ``sources changed since <commit>``, or
+    ``no provenance`` (written before files recorded it: not a failure, but not tied to a ledger)."""
+    prov = doc.get("provenance")
+    if not prov:
+        return "no provenance"
+    current = current or current_sources_sha256()
+    if prov["sources_sha256"] == current:
+        return "current" + (" (dirty tree)" if prov.get("dirty") else "")
+    return f"sources changed since {prov['commit'][:10]}"
+
+
 def report(root: str | os.PathLike | None = None) -> str:
-    """A Markdown table of every figure under ``results/``."""
-    rows = ["| figure | value | unit | tag | device | source |", "|---|---|---|---|---|---|"]
+    """A Markdown table of every figure under ``results/``, each with its file's provenance."""
+    rows = ["| figure | value | unit | tag | device | source | provenance |", "|---|---|---|---|---|---|---|"]
     root = Path(root) if root else results_dir()
+    current = current_sources_sha256()
     for path, doc in load_all(root):
+        status = provenance_status(doc, current)
         for f in doc["figures"]:
             v = f["value"]
             vs = f"{v:.4g}" if isinstance(v, float) else str(v)
             rows.append(f"| {f['name']} | {vs} | {f['unit']} | {f['tag']} | {f['device']} | "
-                        f"{path.relative_to(root)} |")
+                        f"{path.relative_to(root)} | {status} |")
     return "\n".join(rows) + "\n"

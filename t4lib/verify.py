@@ -5,8 +5,11 @@ CI has no GPU, so GPU correctness is recorded rather than assumed:
 family, runs the GPU tests (pytest ``-m gpu``), the known-answer suites and a
 short benchmark pass, optionally the same tests under compute-sanitizer, and
 writes ``results/verification/<device-slug>.json`` with the sha256 of every
-kernel and binding source it tested. ``check_ledger`` (a CI test) fails when no
-passing entry matches the current sources.
+source that decides what a kernel computes or what a GPU test asserts, the ids
+of the GPU tests collected and their outcomes, and the device. ``check_ledger``
+(a CI test) accepts an entry only when it verifies the current sources with no
+failure or error, over the current ``-m gpu`` collection, with every kernel
+family tested and the KATs passed, on a device it names (``ACCEPTED_DEVICES``).
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from pathlib import Path
 
 from . import _build, hw, results
@@ -29,11 +33,36 @@ REPO = Path(__file__).resolve().parent.parent
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 
 
+# Devices whose entries check_ledger accepts: name -> (capability, what ran there). Kernels are
+# built for compute_75 only (sm_75 machine code plus compute_75 PTX); on anything newer than a T4
+# the driver JIT-compiles the PTX, so the sm_75 machine code itself has not run, and launch
+# choices that depend on the SM count (split-K, grid caps) take other paths than on a T4's 40 SMs.
+ACCEPTED_DEVICES = {
+    "Tesla T4": ((7, 5), "the sm_75 machine code on a T4"),
+    "NVIDIA H200": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H200 (sm_90, 132 SMs); "
+                            "the sm_75 machine code itself has not run, and SM-count-dependent split "
+                            "choices take other paths on a T4's 40 SMs"),
+}
+GPU_MARKER = "gpu"
+
+
+def _gpu_test_files() -> list[Path]:
+    """tests/*.py holding a gpu-marked test (``pytest.mark.gpu`` on a test or as ``pytestmark``)."""
+    return [p for p in sorted((REPO / "tests").glob("test_*.py")) if "pytest.mark.gpu" in p.read_text()]
+
+
 def ledger_sources() -> list[Path]:
-    """Kernel sources, the build recipe and every ctypes binding."""
+    """Every source that decides what a kernel computes or what a GPU test asserts: the kernels,
+    the build recipe, every module of ``t4lib/ops`` (bindings, public functions, dispatch, int8
+    activations, packing, references), the quant modules that pack the weights kernels read, the
+    known-answer suites, and the GPU test files with their shared fixtures and checks."""
     files = sorted((REPO / "kernels").rglob("*.cu")) + sorted((REPO / "kernels").rglob("*.cuh"))
-    files += [REPO / "t4lib" / "_build.py"] + sorted((REPO / "t4lib").rglob("binding.py"))
-    return files
+    files += [REPO / "t4lib" / "_build.py", REPO / "t4lib" / "kat.py"]
+    ops = REPO / "t4lib" / "ops"
+    files += sorted(p for ext in ("*.py", "*.cu", "*.cuh") for p in ops.rglob(ext) if "__pycache__" not in p.parts)
+    files += [REPO / "t4lib" / "quant" / "w4a16.py", REPO / "t4lib" / "quant" / "gguf" / "__init__.py"]
+    files += [REPO / "tests" / "conftest.py", REPO / "tests" / "kernel_checks.py", *_gpu_test_files()]
+    return sorted({p for p in files if p.is_file()})
 
 
 def source_hashes() -> dict[str, str]:
@@ -70,13 +99,40 @@ def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeo
            "tail": text[-4000:], "tests": {}}
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
-            nodeid = f"{case.get('classname')}::{case.get('name')}"
+            nodeid = _node_id(case.get("classname"), case.get("name"))
             outcome = "passed"
             for tag in ("failure", "error", "skipped"):
                 if case.find(tag) is not None:
                     outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
             out["tests"][nodeid] = outcome
     return out
+
+
+def _node_id(classname: str, name: str) -> str:
+    """pytest's node id from a junit testcase: ``tests.test_x[.Class]`` + name ->
+    ``tests/test_x.py[::Class]::name``, the form ``--collect-only`` prints."""
+    parts = classname.split(".")
+    for cut in range(len(parts), 0, -1):
+        path = "/".join(parts[:cut]) + ".py"
+        if (REPO / path).is_file():
+            return "::".join([path, *parts[cut:], name])
+    return f"{classname}::{name}"
+
+
+def collect_gpu_tests() -> list[str]:
+    """Node ids of the whole ``-m gpu`` collection (collect-only also runs without a GPU:
+    the tests are collected, then skipped). Raises when collection itself fails."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           "-m", GPU_MARKER, "tests"], cwd=REPO, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"pytest --collect-only -m {GPU_MARKER} tests failed (rc {proc.returncode}):\n"
+                           f"{(proc.stdout + proc.stderr)[-3000:]}")
+    return sorted(ln.strip() for ln in proc.stdout.splitlines() if ln.startswith("tests/") and "::" in ln)
+
+
+@lru_cache(maxsize=1)
+def _current_collection() -> tuple[str, ...]:
+    return tuple(collect_gpu_tests())
 
 
 def _collect(target: str, marker: str) -> list[str]:
@@ -179,9 +235,12 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     entry["builds"] = builds
     checks["builds"] = all(b["ok"] for b in builds.values())
 
-    # 2. GPU tests
+    # 2. GPU tests: the collection is recorded, so CI can tell a test added or renamed since
+    collected = collect_gpu_tests()
     with tempfile.TemporaryDirectory() as tmp:
-        entry["gpu_tests"] = _pytest(["-m", "gpu", "tests"], Path(tmp) / "gpu.xml")
+        entry["gpu_tests"] = _pytest(["-m", GPU_MARKER, "tests"], Path(tmp) / "gpu.xml")
+    entry["gpu_tests"]["collected"] = collected
+    checks["every_collected_test_ran"] = set(entry["gpu_tests"]["tests"]) == set(collected)
     outcomes = list(entry["gpu_tests"]["tests"].values())
     entry["gpu_tests"]["counts"] = {k: outcomes.count(k) for k in ("passed", "failed", "error", "skipped")}
     checks["gpu_tests"] = bool(outcomes) and entry["gpu_tests"]["counts"]["passed"] > 0 and not (
@@ -203,6 +262,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
         checks["kat"] = bool(rows) and kat.all_passed(rows)
     except ImportError:
         entry["kat"] = "t4lib.kat not present"
+        checks["kat"] = False
 
     # 4. sanitizers over the GPU tests
     if sanitize:
@@ -254,18 +314,108 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int) -> dic
     return entry
 
 
+def entry_problems(entry: dict, hashes: dict[str, str] | None = None) -> list[str]:
+    """What keeps one ledger entry from verifying the current sources (empty: it does).
+
+    Everything is re-derived from what the entry recorded rather than trusted from its own
+    summary: the per-file hashes, each test's outcome, the per-family passes, the KAT rows."""
+    from . import kat as _kat
+
+    hashes = source_hashes() if hashes is None else hashes
+    current = combined_hash(hashes)
+    problems = []
+    recorded = entry.get("sources")
+    if not isinstance(recorded, dict):
+        problems.append("no per-file source hashes ('sources')")
+    else:
+        changed = sorted(k for k in hashes if recorded.get(k) != hashes[k])
+        gone = sorted(set(recorded) - set(hashes))
+        if changed or gone:
+            problems.append(f"sources differ from the current tree: changed or new {changed}, no longer hashed {gone}")
+        if entry.get("sources_sha256") != combined_hash(recorded):
+            problems.append("'sources_sha256' is not the hash of its own 'sources'")
+    if entry.get("sources_sha256") != current:
+        problems.append(f"sources {str(entry.get('sources_sha256'))[:12]} != current {current[:12]}")
+    if entry.get("passed") is not True:
+        problems.append(f"passed={entry.get('passed')!r}")
+
+    dev, cap = entry.get("device"), tuple(entry.get("capability") or ())
+    if dev not in ACCEPTED_DEVICES:
+        problems.append(f"device {dev!r} is not one check_ledger accepts ({sorted(ACCEPTED_DEVICES)})")
+    elif cap != ACCEPTED_DEVICES[dev][0]:
+        problems.append(f"{dev} with capability {cap}, expected {ACCEPTED_DEVICES[dev][0]}")
+    if entry.get("nvcc_flags") != _build.NVCC_FLAGS:
+        problems.append(f"built with nvcc flags {entry.get('nvcc_flags')}, not the current {_build.NVCC_FLAGS}")
+    builds = entry.get("builds")
+    if not isinstance(builds, dict) or sorted(builds) != _build.families() or \
+            not all(b.get("ok") for b in builds.values()):
+        problems.append(f"not every family built: {builds if isinstance(builds, dict) else 'no builds'}")
+
+    tests = (entry.get("gpu_tests") or {}).get("tests")
+    if not isinstance(tests, dict) or not tests:
+        problems.append("no GPU test outcomes ('gpu_tests.tests')")
+        tests = {}
+    bad = sorted(k for k, v in tests.items() if v in ("failed", "error"))
+    if bad:
+        problems.append(f"{len(bad)} GPU tests failed or errored: {bad[:10]}")
+    odd = sorted(k for k, v in tests.items() if v not in ("passed", "failed", "error", "skipped"))
+    if odd:
+        problems.append(f"unknown outcomes for {odd[:10]}")
+    collected = (entry.get("gpu_tests") or {}).get("collected")
+    if not isinstance(collected, list) or set(collected) != set(tests):
+        problems.append("the recorded collection ('gpu_tests.collected') is missing or differs from the tests run")
+    if tests:
+        try:
+            now = set(_current_collection())
+        except RuntimeError as e:
+            problems.append(str(e))
+        else:
+            if set(tests) != now:
+                new, old = sorted(now - set(tests)), sorted(set(tests) - now)
+                problems.append(f"GPU tests differ from the current '-m {GPU_MARKER}' collection: "
+                                f"{len(new)} not run {new[:5]}, {len(old)} no longer collected {old[:5]}")
+    untested = [fam for fam in _build.families()
+                if not any(v == "passed" and f"tests/test_{fam}" in k for k, v in tests.items())]
+    if untested:
+        problems.append(f"families with no passing GPU test: {untested}")
+
+    rows = entry.get("kat")
+    if not isinstance(rows, list) or not rows:
+        problems.append("no known-answer (KAT) step recorded")
+    else:
+        missing = sorted(set(_kat.FAMILIES) - {r.get("family") for r in rows})
+        if missing or not all(isinstance(r, dict) and (r.get("vectors") or 0) > 0
+                              and r.get("passed") == r.get("vectors") for r in rows):
+            problems.append(f"KATs not all passed (missing families {missing}): {rows}")
+    return problems
+
+
+def verdict(entry: dict) -> str:
+    """One line saying what the entry verified and on what, the JIT caveat included."""
+    dev = entry.get("device")
+    ran = ACCEPTED_DEVICES.get(dev, ((), f"an unlisted device {dev!r}"))[1]
+    counts = (entry.get("gpu_tests") or {}).get("counts", {})
+    return (f"GPU tests passed={counts.get('passed')} failed={counts.get('failed')} error={counts.get('error')} "
+            f"skipped={counts.get('skipped')}, KATs of {len(entry.get('kat') or [])} families passed, "
+            f"sources {str(entry.get('sources_sha256'))[:12]}; ran {ran}")
+
+
 def check_ledger() -> tuple[bool, str]:
-    """(ok, why): is there a passing ledger entry for the current sources?"""
+    """(ok, why): does some ledger entry verify the current sources (see ``entry_problems``)?
+
+    Before issue 26 this accepted any entry ``{"sources_sha256": <current>, "passed": true}``;
+    tests/test_results_schema.py plants exactly that entry and requires it rejected."""
     hashes = source_hashes()
     current = combined_hash(hashes)
     entries = [(p.name, json.loads(p.read_text())) for p in sorted(ledger_dir().glob("*.json"))] \
         if ledger_dir().is_dir() else []
+    why = {}
     for name, e in entries:
-        if e.get("sources_sha256") == current and e.get("passed") is True:
-            return True, f"{name} verifies sources {current[:12]} on {e.get('device')}"
-    changed = sorted({path for path, h in hashes.items()
-                      if all(e.get("sources", {}).get(path) != h for _, e in entries)})
-    seen = [f"{name}: sources {e.get('sources_sha256', '?')[:12]} passed={e.get('passed')}" for name, e in entries]
-    return False, (f"no passing GPU verification for kernel/binding sources {current[:12]}; run "
-                   f"'python -m t4lib verify' on a GPU and commit results/verification/. Entries: {seen or 'none'}; "
-                   f"changed since every entry: {changed}")
+        problems = entry_problems(e, hashes)
+        if not problems:
+            return True, f"{name} verifies sources {current[:12]}: {verdict(e)}"
+        why[name] = problems
+    detail = "; ".join(f"{name}: " + " | ".join(p) for name, p in why.items()) or "no entries"
+    return False, (f"no GPU verification entry accepts the current sources {current[:12]}. Refresh it on a GPU "
+                   f"with 'python -m t4lib verify' (add --sanitize for the compute-sanitizer runs) and commit "
+                   f"results/verification/. {detail}")

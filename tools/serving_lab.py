@@ -15,6 +15,7 @@ import torch
 
 from t4lib.ops.w4a16.bench import QWEN05, QWEN7B, build_random_model
 from t4lib.quant import default_policy, quantize_model
+from t4lib.results import lab_record
 from t4lib.serving import StaticEngine, fuse_projections
 
 OUT = os.environ.get("OUT", "/tmp/out")
@@ -40,5 +41,5 @@ for label, cfg in (("qwen2.5-0.5b-shape", QWEN05), ("qwen2.5-7b-shape", QWEN7B))
         del eng, m
         torch.cuda.empty_cache()
 name = "serving_lab" if len(sys.argv) == 1 else "serving_lab_" + "_".join(chosen)
-json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows},
+json.dump({**lab_record(" ".join(["python", *sys.argv])), "torch": torch.__version__, "rows": rows},
           open(f"{OUT}/{name}.json", "w"), indent=1)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tiny-gpu recipe sweep: configurations trained side by side on one GPU; the best comes back
 # ($OUT/tiny_gpu_best.tgz, summary $OUT/train_sweep.json). The committed preset is run E;
-# runs A-D were an earlier round with the same script (results/nvidia-h200/tiny_gpu_sweep.json).
+# runs A-D were an earlier round with the same script (results/nvidia-h200/labs/tiny_gpu_sweep.json).
 set -u
 OUT=${OUT:-/tmp/out}
 declare -A CFG=(

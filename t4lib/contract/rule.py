@@ -68,12 +68,19 @@ def tolerances(rule) -> tuple[str, float, float]:
 def compare(actual: torch.Tensor, reference: torch.Tensor, rule="strict", *, chunk: int = 1 << 24) -> RuleResult:
     """Judge ``actual`` against ``reference`` under ``rule`` (see module docstring).
 
-    Shapes must match exactly; the tensors may live on any device (the work
-    is done on ``reference``'s device, ``chunk`` elements at a time).
+    Shapes and dtypes must match exactly (an fp32 or int64 output does not meet an
+    fp16 contract, and a complex one would lose its imaginary part in the float64
+    comparison); the tensors may live on any device (the work is done on
+    ``reference``'s device, ``chunk`` elements at a time).
     """
     name, atol, rtol = tolerances(rule)
     if not isinstance(actual, torch.Tensor) or not isinstance(reference, torch.Tensor):
         raise TypeError("actual and reference must be tensors")
+    for arg, t in (("actual", actual), ("reference", reference)):
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{arg} must be a real numeric tensor, got {t.dtype}")
+    if actual.dtype != reference.dtype:
+        raise TypeError(f"actual has dtype {actual.dtype} but the contract (reference) is {reference.dtype}")
     if actual.shape != reference.shape:
         raise ValueError(f"actual has shape {tuple(actual.shape)} but reference has {tuple(reference.shape)}")
     a = actual.detach().reshape(-1)

@@ -89,7 +89,7 @@ PRESETS = {
                        num_key_value_heads=1, intermediate_size=384, steps=1800, batch_size=8,
                        seq_len=256, lr=2e-3, warmup=60, math_repeat=3, chat_fraction=0.0,
                        eval_math=300, eval_copy=300, threads=2),
-    # tiny-gpu: of nine recipes trained side by side (results/nvidia-h200/tiny_gpu_sweep.json), the
+    # tiny-gpu: of nine recipes trained side by side (results/nvidia-h200/labs/tiny_gpu_sweep.json), the
     # same math-heavy mix as tiny-cpu with three times the arithmetic drills and weight decay 0.3
     # learned the held-out problems best (0.40, against 0.34 for 64 x 256 x 2000 steps with chat
     # documents); 120k-200k drills or decay 0.1 did worse (0.19-0.25).

@@ -32,6 +32,7 @@ from labbuild import load  # noqa: E402
 from t4lib import bench  # noqa: E402
 from t4lib.ops.deltanet import gated_deltanet_decode, reference, state_bytes  # noqa: E402
 from t4lib.ops.deltanet.bench import D, H, HK, _fla  # noqa: E402
+from t4lib.results import lab_record  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp/out")
 lib = load(str(Path(__file__).with_name("deltanet_lab.cu")))
@@ -140,4 +141,4 @@ for B in BS:
     out["fla"] = "measured" if fla_fn else f"skipped ({fla_err})"
     for n, c in sorted(out["time"][f"B{B}"].items(), key=lambda kv: kv[1]["us"]):
         print(f"  B={B} {n:26s} {c['us']:7.2f} us  (p10 {c['p10_us']:.2f}, p90 {c['p90_us']:.2f})", flush=True)
-    json.dump(out, open(f"{OUT}/deltanet_lab.json", "w"), indent=1)
+    json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/deltanet_lab.json", "w"), indent=1)

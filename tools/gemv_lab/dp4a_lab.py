@@ -23,6 +23,7 @@ from t4lib.ops.deltanet.bench import FFN, HIDDEN
 from t4lib.ops.gguf import gguf_dequant, gguf_gemv_packed, pack_for_gemv, reference as gref
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 lib = load("dp4a_lab.cu")
@@ -121,7 +122,7 @@ def q8_0_lab():
                 v, p_.data_ptr(), xq_.data_ptr(), ds_.data_ptr(), y_.data_ptr(), N, K, stream()), mk_pre)
         time_cases(cases, "cublas_fp16", nbytes, key, res_out["gemv"], max_sets=8)
         print("  check", json.dumps(chk[V8[0]]), flush=True)
-        json.dump(res_out, open(f"{OUT}/dp4a_q8_0_lab.json", "w"), indent=1)
+        json.dump({**lab_record(" ".join(["python", *sys.argv])), **res_out}, open(f"{OUT}/dp4a_q8_0_lab.json", "w"), indent=1)
 
 
 if MODE == "q8_0":
@@ -160,4 +161,4 @@ for K, N in shapes:
     cases["quantize_x+R2U2pipeMB4"] = variant_case(both, K, N)
     time_cases(cases, "cublas_fp16", _qbytes(1, K, N), key, out["gemv"])
     print("  check", json.dumps(chk["R2U2pipeMB4"]), flush=True)
-    json.dump(out, open(f"{OUT}/dp4a_lab.json", "w"), indent=1)
+    json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/dp4a_lab.json", "w"), indent=1)

@@ -6,7 +6,7 @@ library; it chose the Tuning of kernels/gguf.cu):
 Variants (gguf_lab.cu): R rows per warp, U chunks per load stage, "pipe" = two
 register stages, "mbN" = at least N CTAs per SM (register cap 65536 / 128 / N).
 Variants 0 (M = 1) and 17 (M = 2) are the tunings before the sweep; the sweep
-(results/nvidia-h200/gguf_lab_m*.json) chose 4 rows x 1 chunk for M = 1, 2.
+(results/nvidia-h200/labs/gguf_lab_m*.json) chose 4 rows x 1 chunk for M = 1, 2.
 Outputs must match the library's within fp32 reassociation, relative to the
 largest output (a different R can change the split-K of the shape).
 """
@@ -21,6 +21,7 @@ from labbuild import load
 from t4lib import bench
 from t4lib.ops.deltanet.bench import FFN, GEMV_FORMATS, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_gemv_packed, pack_for_gemv, reference as gref, type_id
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 lib = load("gguf_lab.cu")
@@ -74,4 +75,4 @@ for N, K in ((FFN, HIDDEN), (HIDDEN, FFN)):
             print(f"  {key:22s} {n:16s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_lib']:.3f}", flush=True)
         del raw, packed
         torch.cuda.empty_cache()
-json.dump(out, open(f"{OUT}/gguf_lab_m{M}.json", "w"), indent=1)
+json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/gguf_lab_m{M}.json", "w"), indent=1)

@@ -26,6 +26,7 @@ from labbuild import load
 from t4lib import bench
 from t4lib.ops.deltanet.bench import FFN, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_gemv, reference as gref, type_id
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 ARGS = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
@@ -96,4 +97,4 @@ for M in MS:
                 print(f"  {key:24s} {n:16s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_base']:.3f}", flush=True)
             del raw
             torch.cuda.empty_cache()
-            json.dump(out, open(f"{OUT}/gguf_raw_lab.json", "w"), indent=1)
+            json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/gguf_raw_lab.json", "w"), indent=1)

@@ -12,6 +12,7 @@ the fp32 sums): else within 1e-3 of its largest output.
 import ctypes
 import json
 import os
+import sys
 
 import torch
 
@@ -20,6 +21,7 @@ from labcases import time_cases
 from t4lib.ops.deltanet.bench import FFN, HIDDEN
 from t4lib.ops.int8_activations import empty_blocks
 from t4lib.ops.gguf import binding, gguf_gemv_packed, pack_for_gemv, reference as gref, type_id
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 lib = load("gguf_x8_lab.cu")
@@ -81,6 +83,6 @@ for fmt in FORMATS:
                 t, v, p_.data_ptr(), q_.data_ptr(), s_.data_ptr(), y_.data_ptr(), N, K, stream()), mk_pre)
         nbytes = packed.numel() + 2 * (K + N)
         time_cases(cases, "lib_int8_kernel", nbytes, key, out["gemv"], max_sets=8)
-        json.dump(out, open(f"{OUT}/gguf_x8_lab.json", "w"), indent=1)
+        json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/gguf_x8_lab.json", "w"), indent=1)
         del packed
         torch.cuda.empty_cache()

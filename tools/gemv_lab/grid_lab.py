@@ -15,6 +15,7 @@ every cap is checked bit for bit against the default.
 import json
 import math
 import os
+import sys
 
 import torch
 
@@ -24,6 +25,7 @@ from t4lib.ops.gguf import FORMATS, gguf_gemv_packed, pack_for_gemv, reference a
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
@@ -93,4 +95,4 @@ for N, K in ((FFN, HIDDEN), (HIDDEN, FFN)):
                                                 tasks(N, K, 4, 64))
         del packed
         torch.cuda.empty_cache()
-json.dump(out, open(f"{OUT}/grid_lab.json", "w"), indent=1)
+json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/grid_lab.json", "w"), indent=1)

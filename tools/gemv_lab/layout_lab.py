@@ -1,5 +1,5 @@
 """Q5_K and Q3_K: the library's GEMV layout against the same blocks read as GGUF stores them (not part of the
-library). The layouts began here as lab traits (results/nvidia-h200/q5k_lab.json); the library now holds them
+library). The layouts began here as lab traits (their record left with their source); the library now holds them
 (kernels/gguf_formats.cuh PK45 / PQ3_K, t4lib/ops/gguf/packing.py), checked on the CPU by tests/test_gguf.py.
 
     python tools/gemv_lab/layout_lab.py [Q5_K,Q3_K]   # GPU: check, then time (writes $OUT/layout_lab.json)
@@ -18,6 +18,7 @@ from t4lib import bench
 from t4lib.ops.deltanet.bench import FFN, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, reference as ref
 from t4lib.ops.gguf import type_id
+from t4lib.results import lab_record
 
 
 def run(names):
@@ -62,7 +63,7 @@ def run(names):
                           flush=True)
                 del raw, packed, w16
                 torch.cuda.empty_cache()
-    json.dump(out, open(f"{os.environ.get('OUT', '/tmp/out')}/layout_lab.json", "w"), indent=1)
+    json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{os.environ.get('OUT', '/tmp/out')}/layout_lab.json", "w"), indent=1)
 
 
 if __name__ == "__main__":

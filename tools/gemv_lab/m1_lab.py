@@ -24,6 +24,7 @@ from labbuild import load
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
+from t4lib.results import lab_record
 
 LABS = {
     "xs": ("xs_lab.cu", "xs_lab_gemv",
@@ -85,4 +86,4 @@ for K, N in shapes:
     for v in live:
         cases[V[v]] = variant_case(lambda q, s, x, y, v=v: run(v, q, s, x, y, N, K), K, N)
     time_cases(cases, "cublas_fp16", nb, key, out["gemv"])
-    json.dump(out, open(f"{OUT}/{LAB}_lab.json", "w"), indent=1)
+    json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/{LAB}_lab.json", "w"), indent=1)

@@ -7,7 +7,7 @@ Variants (mma_lab.cu): U stages of loads in flight, W warps per CTA, S of them
 splitting K, MB minimum CTAs per SM. Each output is checked against the fp32
 product of the dequantized weights (the same fp16 weight values), beside the
 library's error against the same reference, before anything is timed.
-Measured (results/nvidia-h200/mma_lab.json): correct, not faster than the
+Measured (results/nvidia-h200/labs/mma_lab.json): correct, not faster than the
 library's GEMV (0.7-1.07x), so it stays a lab.
 """
 import ctypes
@@ -23,6 +23,7 @@ from t4lib import bench
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 lib = load("mma_lab.cu")
@@ -60,7 +61,7 @@ for K, N in shapes:
     # a wrong fragment layout gives errors of order 1; rounding, of order 1e-4
     bad = {n: e for n, e in chk.items() if n != "library" and not (isinstance(e, float) and e <= 1e-2)}
     if bad:
-        json.dump(out, open(f"{OUT}/mma_lab.json", "w"), indent=1)
+        json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/mma_lab.json", "w"), indent=1)
         raise SystemExit(f"{key}: wrong results {bad}")
 
     def case(v):
@@ -78,4 +79,4 @@ for K, N in shapes:
                             "x_lib": st["speedup_vs_baseline"]} for n, st in res["cases"].items()}
     for n, st in sorted(out["gemv"][key].items(), key=lambda kv: kv[1]["us"]):
         print(f"  {key:12s} {n:12s} {st['us']:8.2f} us  frac {st['frac']:.3f}  x{st['x_lib']:.2f} of lib", flush=True)
-json.dump(out, open(f"{OUT}/mma_lab.json", "w"), indent=1)
+json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/mma_lab.json", "w"), indent=1)

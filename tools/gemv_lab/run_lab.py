@@ -23,6 +23,7 @@ from labbuild import load
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight
+from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 lib = load("gemv_lab.cu")
@@ -71,4 +72,4 @@ for K, N in shapes:
             cases[f"{V[v]}/p{persist}"] = lab_case(v, persist)
     time_cases(cases, "cublas_fp16", nb, key, out["gemv"])
 
-json.dump(out, open(f"{OUT}/lab.json", "w"), indent=1)
+json.dump({**lab_record(" ".join(["python", *sys.argv])), **out}, open(f"{OUT}/lab.json", "w"), indent=1)

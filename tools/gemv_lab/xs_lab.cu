@@ -1,6 +1,6 @@
 // An x-stationary M = 1 INT4 GEMV under several launch knobs, against the library's
 // row-group kernel, for `tools/gemv_lab/m1_lab.py xs` (not part of the library; measured
-// on an H200 it was no faster, see results/nvidia-h200/xs_lab.json). It compiles the
+// on an H200 it was no faster, see results/nvidia-h200/labs/xs_lab.json). It compiles the
 // library's w4a16 family itself, so the trait is the library's Int4G.
 #include "w4a16.cu"
 #include "lab_tuning.cuh"

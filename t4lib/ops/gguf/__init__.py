@@ -74,6 +74,13 @@ def nbytes(ggml_type, n_values: int) -> int:
     return n_values // nv * nb
 
 
+def _check_dims(**dims) -> None:
+    """Every dimension a positive int (a product of negatives can still match the byte count)."""
+    for name, v in dims.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+
 def _check_raw(raw, t, n_values):
     check("raw", raw, dtype=torch.uint8, contiguous=True)
     want = nbytes(t, n_values)
@@ -85,7 +92,13 @@ def gguf_dequant(raw: torch.Tensor, ggml_type, shape, out_dtype: torch.dtype = t
                  backend: str = "auto", max_blocks: int | None = None) -> torch.Tensor:
     """Dequantize GGUF blocks; see the module docstring. ``shape`` in numpy order."""
     t = type_id(ggml_type)
-    shape = tuple(int(s) for s in shape)
+    try:
+        shape = tuple(int(s) for s in shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"shape must be a sequence of ints, got {shape!r}") from None
+    if not shape:
+        raise ValueError("shape must have at least one dimension")
+    _check_dims(**{f"shape[{i}]": d for i, d in enumerate(shape)})
     n = math.prod(shape)
     _check_raw(raw, t, n)
     if out_dtype not in (torch.float32, torch.float16):
@@ -217,6 +230,7 @@ def gguf_gemv(raw: torch.Tensor, ggml_type, x: torch.Tensor, N: int, K: int, bac
 def pack_for_gemv(raw: torch.Tensor, ggml_type, N: int, K: int) -> torch.Tensor:
     """GGUF bytes of W [N, K] -> the GEMV layout of :mod:`.packing` (same size, same device)."""
     t = type_id(ggml_type)
+    _check_dims(N=N, K=K)
     _check_raw(raw, t, N * K)
     _require_gemv_layout(t, K)
     return packing.pack(raw, t, N, K).contiguous()

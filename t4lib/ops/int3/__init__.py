@@ -12,7 +12,7 @@ import torch
 
 from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
 from . import binding, reference
-from .reference import BLOCK, unpack_int3
+from .reference import BLOCK, PLANES
 
 __all__ = ["int3_dequant", "pack_int3", "unpack_int3", "BLOCK"]
 
@@ -60,3 +60,12 @@ def pack_int3(values: torch.Tensor) -> torch.Tensor:
     if values.numel() and (values.min() < -4 or values.max() > 3):
         raise ValueError("values must lie in [-4, 3] for signed INT3")
     return reference.pack_int3(values.contiguous())
+
+
+def unpack_int3(packed: torch.Tensor) -> torch.Tensor:
+    """[3B] int32 bitplanes -> [32B] int8 in [-4, 3] (inverse of :func:`pack_int3`)."""
+    check("packed", packed, dtype=torch.int32, ndim=1, contiguous=False)
+    if packed.numel() % PLANES:
+        raise ValueError(f"packed length must be a multiple of {PLANES} (one word per bitplane of a "
+                         f"{BLOCK}-value block), got {packed.numel()}")
+    return reference.unpack_int3(packed)

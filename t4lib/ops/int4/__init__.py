@@ -11,7 +11,6 @@ import torch
 
 from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
 from . import binding, reference
-from .reference import unpack_int4
 
 __all__ = ["int4_dequant", "pack_int4", "unpack_int4"]
 
@@ -56,3 +55,9 @@ def pack_int4(values: torch.Tensor) -> torch.Tensor:
     if values.numel() and (values.min() < -8 or values.max() > 7):
         raise ValueError("values must lie in [-8, 7] for signed INT4")
     return reference.pack_int4(values.contiguous())
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """[W] int32 words in the LOP3 order -> [8W] int8 in [-8, 7] (inverse of :func:`pack_int4`)."""
+    check("packed", packed, dtype=torch.int32, ndim=1, contiguous=False)
+    return reference.unpack_int4(packed)

@@ -1,7 +1,7 @@
 """W4A16 GEMV/GEMM: fp16 activations times INT4 per-group-scaled weights.
 
 ``gemv(x, w)``: ``x [M, K] fp16`` with ``M = 1..8`` (decode), ``w`` a
-:class:`t4lib.quant.w4a16.QuantizedWeight` ``[N, K]`` -> ``y [M, N] fp16``,
+:class:`.format.QuantizedWeight` ``[N, K]`` -> ``y [M, N] fp16``,
 ``y = x @ W_deq^T`` accumulated in fp32. One templated kernel
 (kernels/gemv.cuh) reads each weight byte once with 16-byte loads and
 dequantizes in registers.
@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import torch
 
-from ...quant.w4a16 import QuantizedWeight
 from .._dispatch import check, check_grid_cap, use_cuda
 from ..int8_activations import check_activations, empty_blocks
 from . import binding, reference
+from .format import QuantizedWeight
 
-__all__ = ["gemv", "gemm", "matmul", "GEMV_MAX_M", "MATMUL_GEMV_MAX_M"]
+__all__ = ["gemv", "gemm", "matmul", "QuantizedWeight", "GEMV_MAX_M", "MATMUL_GEMV_MAX_M"]
 
 GEMV_MAX_M = 8
 # matmul's switch to the GEMM. The GEMV's arithmetic grows with M (each row is

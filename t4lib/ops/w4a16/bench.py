@@ -15,7 +15,6 @@ when one quantized x feeds several projections. Entry point:
 """
 from __future__ import annotations
 
-import json
 import time
 import traceback
 from pathlib import Path
@@ -24,9 +23,9 @@ import torch
 import torch.nn.functional as F
 
 from ... import bench, hw, results
-from ...quant.w4a16 import QuantizedWeight
 from ..int8_activations import empty_blocks
 from . import binding, gemm, gemv
+from .format import QuantizedWeight
 
 SOURCE = "t4lib.ops.w4a16.bench"
 GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896), (896, 896), (1536, 8960),
@@ -319,7 +318,7 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True) -> list[
     return all_figs
 
 
-# What the labs of tools/gemv_lab tried on the M = 1 GEMV (recorded under results/nvidia-h200/):
+# What the labs of tools/gemv_lab tried on the M = 1 GEMV (their records: results.load_labs):
 # (approach, kind, lab file, shape, which cases count as the attempt, the library's case in that run).
 # kind: "floor" (not a GEMV), "library numerics" (the same results as the library), "int8 activations" (other numerics).
 _ATTEMPTS = [
@@ -338,23 +337,23 @@ _ATTEMPTS = [
 ]
 
 
-def recorded_gemv_attempts(root: str | Path | None = None) -> list[dict]:
-    """The recorded lab attempts at the M = 1 INT4 GEMV (H200, MEASURED; ratios ARITHMETIC), each as its
+def recorded_gemv_attempts(labs: dict[str, dict]) -> list[dict]:
+    """The recorded lab attempts at the M = 1 INT4 GEMV (MEASURED; ratios ARITHMETIC), each as its
     fastest case's median time beside the library's kernel timed in the same process:
     ``{"approach", "kind", "shape", "case", "us", "library_us", "ratio", "source"}``, ``ratio`` = us /
-    library_us (above 1: slower than the library). "variants" means every variant the lab file lists except
-    the library's own tuning. Lab files that are not present are left out."""
-    base = Path(root) if root else results.results_dir() / "nvidia-h200"
+    library_us (above 1: slower than the library). ``labs``: lab records by name, as
+    :func:`t4lib.results.load_labs` returns them (this module reads no file). "variants" means every
+    variant the lab lists except the library's own tuning. Labs not in ``labs`` are left out."""
     rows = []
     for approach, kind, name, shape, cases, lib in _ATTEMPTS:
-        path = base / name
-        if not path.is_file():
+        doc = labs.get(name.removesuffix(".json"))
+        if doc is None:
             continue
-        doc = json.loads(path.read_text())
         timed = doc["gemv"][shape]
         if cases == "variants":
             cases = [v for v in doc["variants"].values() if v != lib and "/S" not in v]
         us, case = min((timed[c]["us"], c) for c in cases if c in timed)
+        where = f"{doc['device']} lab {name} @ {str(doc.get('commit', '?'))[:7]}"
         rows.append({"approach": approach, "kind": kind, "shape": shape, "case": case, "us": us,
-                     "library_us": timed[lib]["us"], "ratio": us / timed[lib]["us"], "source": f"nvidia-h200/{name}"})
+                     "library_us": timed[lib]["us"], "ratio": us / timed[lib]["us"], "source": where})
     return rows

@@ -1,7 +1,7 @@
 """Pure-PyTorch reference for the W4A16 GEMV/GEMM (defines the semantics, runs on CPU).
 
 ``y[m, n] = fp16( sum_k x[m, k] * W_deq[n, k] )`` with ``W_deq`` the fp16
-dequantized weight of :class:`t4lib.quant.w4a16.QuantizedWeight` and the sum
+dequantized weight of :class:`t4lib.ops.w4a16.format.QuantizedWeight` and the sum
 taken in fp32.
 
 Tolerance of the CUDA kernels against this reference (:func:`tolerance`):
