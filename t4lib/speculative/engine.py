@@ -1,0 +1,450 @@
+"""Speculative decoding on a static KV cache: draft, verify k+1 positions in one target forward,
+accept the longest prefix equal to the target's greedy choice plus one bonus token.
+
+Design (after gpt-fast): the cache (:class:`.cache.RowStaticCache`) has one write position per
+sequence and ``max_len + k_max + 1`` slots, so rollback is moving a position; rejected slots are
+masked and later overwritten. On CUDA each verify shape ``(B, k+1)`` for ``k`` in ``ks`` is one
+CUDA graph (captured once per batch size, before the prefill), optionally around a
+``torch.compile``'d forward; a plain greedy step (``k = 0``) is a graph that feeds its own output
+back, replayed ``plain_chunk`` times between two host synchronisations.
+
+Per iteration: the drafter proposes up to ``k`` tokens per active sequence (fewer near the token
+budget; none across EOS), the target verifies ``[last, d_1 .. d_k]`` at positions
+``pos[b] .. pos[b] + k``, row ``b`` keeps ``n_b`` drafts (the longest prefix with
+``d_i == argmax_{i-1}``) and the bonus ``argmax_{n_b}``, and advances ``pos[b]`` by ``n_b + 1``.
+The emitted tokens are by construction the target's greedy tokens, so the output equals plain
+greedy decoding up to floating-point differences between a 1-token and a (k+1)-token forward
+(none seen in fp32; near-ties in fp16).
+
+Adaptive ``k`` (``adaptive=True``): the engine keeps a running estimate ``a`` of the chance that
+a drafted token is accepted (each verify is ``n`` successes in ``n + 1`` trials, or ``n`` in ``n`` when
+the whole draft held) and, before each step, picks the ``k`` in ``ks`` that maximises the expected
+tokens per verify, ``(1 - a^(k+1)) / (1 - a)``, per unit of verify cost ``c(k+1)`` (the time of a
+``(k+1)``-token forward over a 1-token one: timed on the captured graphs on CUDA, ``verify_cost``
+elsewhere). It decodes plain steps instead when no ``k`` beats one token per plain step by
+``margin`` (the host round trip each verify costs), and after each plain chunk asks the drafter what
+it would have proposed at the chunk start, scoring that guess against the chunk's tokens, so ``a``
+recovers when drafts would pay again. A fixed ``k`` (``adaptive=False``) drafts ``k`` whenever the
+drafter has something.
+Greedy only: sampling with a draft model uses :func:`.sampling.speculative_accept` (tested on
+its own; not wired into this engine yet).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from .cache import RowStaticCache, causal_row_mask
+from .drafters import Drafter
+
+warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+
+
+@dataclass
+class SpecStats:
+    """What one ``generate`` call did (all counts over the whole batch)."""
+    k_max: int
+    target_forwards: int = 0          # verify forwards + plain steps (the prefill not counted)
+    row_forwards: int = 0             # sum over forwards of the rows still active in it
+    decode_tokens: int = 0            # tokens emitted after the prefill's first token
+    drafted: int = 0
+    accepted: int = 0
+    accept_hist: list[int] = field(default_factory=list)   # [n] = verifies where a row kept n drafts
+    no_draft: int = 0                 # row-verifies where the drafter had nothing
+    plain_steps: int = 0
+    k_trace: list[int] = field(default_factory=list)       # k of each iteration (0 = plain chunk)
+    prefill_s: float = 0.0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    total_s: float = 0.0
+
+    @property
+    def tokens_per_forward(self) -> float:
+        """Tokens each active sequence gains per target forward (1.0 for plain greedy)."""
+        return self.decode_tokens / self.row_forwards if self.row_forwards else float("nan")
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else float("nan")
+
+    def as_dict(self) -> dict:
+        d = {k: v for k, v in vars(self).items() if k != "k_trace"}
+        d.update(tokens_per_forward=self.tokens_per_forward, acceptance_rate=self.acceptance_rate)
+        return d
+
+
+@dataclass
+class SpecResult:
+    new_tokens: list[list[int]]       # per row, up to and including EOS, at most max_new_tokens
+    lengths: list[int]
+    time_s: float                     # prefill + decode, wall clock (synchronised)
+    tokens_per_s: float               # per sequence: mean generated tokens / time_s
+    stats: SpecStats
+    graph: bool
+    compiled: bool
+    compile_error: str | None = None
+
+
+class _BatchState:
+    """Buffers, cache and graphs for one batch size."""
+
+    def __init__(self, B, cache):
+        self.B, self.cache = B, cache
+        self.ids: dict[int, torch.Tensor] = {}       # q -> [B, q] input tokens
+        self.argmax: dict[int, torch.Tensor] = {}    # q -> [B, q] target greedy tokens
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> verify graph; key 0: plain step
+        self.chunk = None                            # [B, chunk] plain-step outputs
+        self.chunk_idx = None
+        self.cost: dict[int, float] | None = None    # q -> timed cost of a q-token forward / a plain step
+
+
+class SpeculativeEngine:
+    """Greedy speculative decoding of a Hugging Face causal LM (see module docstring).
+
+    ``model``: the target (Qwen2/Llama-style forward; ``nn.Linear`` or ``QuantLinear`` layers,
+    fp32/fp16). ``drafter``: a :class:`.drafters.Drafter`. ``max_len``: prompt + new tokens per
+    sequence. ``max_batch_size``: largest batch accepted. ``ks``: the draft lengths with a verify
+    graph. ``use_graph``/``compile``: default on for CUDA models. ``plain_chunk``: plain steps per host
+    round trip. ``margin``, ``verify_cost`` (``{q: cost of a q-token forward / a 1-token one}``): the
+    adaptive rule (module docstring). ``prefill_bucket``: prompts are right-padded to a multiple of it, so
+    the eager prefill sees few shapes.
+    """
+
+    def __init__(self, model: nn.Module, drafter: Drafter, max_len: int = 512, max_batch_size: int = 8,
+                 ks=(1, 2, 4, 8), use_graph: bool | None = None, compile: bool | None = None,
+                 adaptive: bool = True, plain_chunk: int = 4, margin: float = 0.2, prefill_bucket: int = 32,
+                 verify_cost=None):
+        if not isinstance(model, nn.Module) or not hasattr(model, "config"):
+            raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
+                            f"got {type(model).__name__}")
+        if not isinstance(drafter, Drafter):
+            raise TypeError(f"drafter must be a t4lib.speculative Drafter, got {type(drafter).__name__}")
+        vocab = int(model.config.vocab_size)
+        dv = getattr(drafter, "vocab_size", None)
+        if dv is not None and dv != vocab:
+            raise ValueError(f"drafter: the draft model's vocabulary ({dv} tokens) differs from the target's "
+                             f"({vocab}); a draft model must share the target's tokenizer")
+        if not isinstance(max_len, int) or max_len < 2:
+            raise ValueError(f"max_len must be an int >= 2, got {max_len!r}")
+        if not isinstance(max_batch_size, int) or max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be an int >= 1, got {max_batch_size!r}")
+        ks = tuple(ks)
+        if not ks or any(not isinstance(k, int) or isinstance(k, bool) or k < 1 for k in ks):
+            raise ValueError(f"ks must be a non-empty sequence of ints >= 1, got {ks!r}")
+        if not isinstance(plain_chunk, int) or plain_chunk < 1:
+            raise ValueError(f"plain_chunk must be an int >= 1, got {plain_chunk!r}")
+        self.model, self.drafter = model.eval(), drafter
+        self.max_len, self.max_batch_size = max_len, max_batch_size
+        self.ks = tuple(sorted(set(ks)))
+        self.k_max = self.ks[-1]
+        self.plain_chunk = min(plain_chunk, self.k_max + 1)   # a finished row's writes stay in the cache
+        self.slots = max_len + self.k_max + 1
+        if not isinstance(prefill_bucket, int) or prefill_bucket < 1:
+            raise ValueError(f"prefill_bucket must be an int >= 1, got {prefill_bucket!r}")
+        self.adaptive, self.margin, self.prefill_bucket = adaptive, float(margin), prefill_bucket
+        # relative cost of a q-token forward; replaced by graph timings on CUDA
+        self.cost = {q: 1.0 + 0.05 * (q - 1) for q in range(1, self.k_max + 2)}
+        self._cost_given = verify_cost is not None
+        if verify_cost is not None:
+            self.cost.update({int(q): float(c) for q, c in dict(verify_cost).items()})
+        self.device = next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.use_graph = (self.device.type == "cuda") if use_graph is None else bool(use_graph)
+        if self.use_graph and self.device.type != "cuda":
+            raise ValueError("use_graph=True needs the model on a CUDA device")
+        self.compile = self.use_graph if compile is None else bool(compile)
+        self.compile_error = None
+        self._compiled = None
+        self._states: dict[int, _BatchState] = {}
+
+    # ------------------------------------------------------------------ forward and steps
+    def _forward(self, ids: torch.Tensor, cache: RowStaticCache) -> torch.Tensor:
+        """Logits ``[B, q, V]`` of ``ids [B, q]`` placed at ``cache.pos[b] + i``; writes their K/V."""
+        q = ids.shape[1]
+        position_ids = cache.pos[:, None] + torch.arange(q, device=ids.device)
+        mask = causal_row_mask(cache.pos, q, cache.slots, self.dtype)
+        return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                          past_key_values=cache, use_cache=True).logits
+
+    def _fwd(self):
+        return self._compiled if self._compiled is not None else self._forward
+
+    def _verify_step(self, st: _BatchState, q: int):
+        logits = self._fwd()(st.ids[q], st.cache)
+        st.argmax[q].copy_(logits.float().argmax(dim=-1))
+
+    def _plain_step(self, st: _BatchState):
+        logits = self._fwd()(st.ids[1], st.cache)
+        g = logits[:, -1].float().argmax(dim=-1)
+        st.ids[1].copy_(g[:, None])
+        st.chunk.index_copy_(1, st.chunk_idx, g[:, None])
+        st.cache.pos.add_(1)
+        st.chunk_idx.add_(1)
+
+    # ------------------------------------------------------------------ setup and capture
+    def _state(self, B: int) -> _BatchState:
+        if B in self._states:
+            return self._states[B]
+        cache = RowStaticCache(self.model.config, B, self.slots, self.device, self.dtype)
+        st = _BatchState(B, cache)
+        dev = self.device
+        for q in (1,) + tuple(k + 1 for k in self.ks):
+            st.ids[q] = torch.zeros(B, q, dtype=torch.long, device=dev)
+            st.argmax[q] = torch.zeros(B, q, dtype=torch.long, device=dev)
+        st.chunk = torch.zeros(B, self.plain_chunk, dtype=torch.long, device=dev)
+        st.chunk_idx = torch.zeros(1, dtype=torch.long, device=dev)
+        if self.use_graph:
+            if self.compile and self._compiled is None and self.compile_error is None:
+                import torch._dynamo.config as dcfg
+                # one compiled forward serves every (B, q): dynamo marks the changing sizes dynamic
+                for name in ("recompile_limit", "cache_size_limit"):
+                    if hasattr(dcfg, name):
+                        setattr(dcfg, name, max(getattr(dcfg, name), 64))
+                self._compiled = torch.compile(self._forward)
+                try:
+                    self._capture_all(st)
+                except Exception as e:  # compile failure: capture the eager forward and say why
+                    self.compile_error = f"{type(e).__name__}: {e}"
+                    warnings.warn(f"SpeculativeEngine: torch.compile failed, verifying uncompiled "
+                                  f"({self.compile_error})", RuntimeWarning)
+                    self._compiled = None
+                    st.graphs.clear()
+                    torch.cuda.synchronize()
+                    self._capture_all(st)
+            else:
+                self._capture_all(st)
+        self._states[B] = st
+        return st
+
+    def _capture_all(self, st: _BatchState):
+        """Capture the plain step and one verify graph per k, before any prefill (warm-up writes the
+        cache at position 0, which the prefill then overwrites)."""
+        steps = [(0, lambda: self._plain_step(st))] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
+                                                        for k in self.ks]
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _, fn in steps:
+                for _ in range(2):   # compile, load kernels
+                    st.cache.pos.zero_()
+                    st.chunk_idx.zero_()
+                    fn()
+        torch.cuda.current_stream().wait_stream(side)
+        for key, fn in steps:
+            st.cache.pos.zero_()
+            st.chunk_idx.zero_()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            st.graphs[key] = g
+        times = {}
+        for key, g in st.graphs.items():   # the verify-cost curve of this model and batch, for adaptive k
+            ts = []
+            for _ in range(5):
+                st.cache.pos.zero_()
+                st.chunk_idx.zero_()
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b))
+            times[max(key, 1)] = sorted(ts)[2]
+        if not self._cost_given:
+            st.cost = {q: t / times[1] for q, t in times.items()}
+        st.cache.pos.zero_()
+        st.chunk_idx.zero_()
+
+    # ------------------------------------------------------------------ generate
+    def _check_inputs(self, input_ids, max_new_tokens, k):
+        if isinstance(input_ids, torch.Tensor):
+            if input_ids.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
+            if input_ids.dim() == 1:
+                input_ids = input_ids[None]
+            if input_ids.dim() != 2:
+                raise ValueError(f"input_ids must be [B, T], got shape {list(input_ids.shape)}")
+            rows = input_ids.tolist()
+        elif isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(r, (list, tuple)) for r in input_ids):
+            rows = [list(map(int, r)) for r in input_ids]
+        else:
+            raise TypeError("input_ids must be a [B, T] integer tensor or a list of token lists")
+        if any(len(r) < 1 for r in rows):
+            raise ValueError("input_ids: every prompt needs at least one token")
+        if len(rows) > self.max_batch_size:
+            raise ValueError(f"input_ids: batch of {len(rows)} exceeds the engine's max_batch_size="
+                             f"{self.max_batch_size}")
+        if not isinstance(max_new_tokens, int) or isinstance(max_new_tokens, bool) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        longest = max(len(r) for r in rows)
+        if longest + max_new_tokens > self.max_len:
+            raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({max_new_tokens}) exceeds the cache: "
+                             f"max_len={self.max_len}")
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+            raise ValueError(f"k must be an int >= 1, got {k!r}")
+        if k is not None and k not in self.ks:
+            raise ValueError(f"k={k} has no verify graph; choose one of ks={self.ks}")
+        return rows
+
+    @torch.no_grad()
+    def generate(self, input_ids, max_new_tokens: int, *, k: int | None = None,
+                 eos_token_id: int | None = None) -> SpecResult:
+        """Greedy-decode up to ``max_new_tokens`` per row of ``input_ids`` (``[B, T]`` tensor or ragged
+        list of token lists). ``k``: the starting draft length (default the largest of ``ks``); fixed
+        when the engine is not adaptive."""
+        rows = self._check_inputs(input_ids, max_new_tokens, k)
+        B = len(rows)
+        cuda = self.device.type == "cuda"
+        st = self._state(B)
+        stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1))
+        k_next = k if k is not None else self.k_max
+        alpha = 0.5   # running chance that a drafted token is accepted (adaptive k)
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+
+        # prefill: right-padded rows at positions 0..T-1 (pads are masked later and overwritten)
+        lens = [len(r) for r in rows]
+        T = min(-(-max(lens) // self.prefill_bucket) * self.prefill_bucket, self.slots)  # few prefill shapes
+        ids = torch.tensor([r + [r[-1]] * (T - len(r)) for r in rows], dtype=torch.long, device=self.device)
+        st.cache.pos.zero_()
+        logits = self._forward(ids, st.cache)
+        first = logits[torch.arange(B, device=self.device), torch.tensor(lens, device=self.device) - 1]
+        first = first.float().argmax(dim=-1).tolist()
+        stats.prefill_s = time.perf_counter() - t0
+        ctx = [r + [f] for r, f in zip(rows, first)]      # every token so far; the last not in the cache
+        out = [[f] for f in first]
+        pos = np.array(lens, dtype=np.int64)               # next free cache slot of each row
+        done = np.array([max_new_tokens == 1 or f == eos_token_id for f in first])
+
+        while not done.all():
+            active = np.flatnonzero(~done)
+            room = min(max_new_tokens - len(out[b]) for b in active)   # tokens the tightest row may still take
+            kk = k_next
+            if kk > 0:
+                t = time.perf_counter()
+                drafts = self.drafter.propose([ctx[b] for b in active], kk)
+                stats.draft_s += time.perf_counter() - t
+                drafts = [d[:max_new_tokens - len(out[b]) - 1] for d, b in zip(drafts, active)]
+                if not any(drafts):
+                    kk = 0
+            stats.k_trace.append(kk)
+            if kk == 0:
+                m = min(self.plain_chunk, room)
+                start_ctx = [list(ctx[b]) for b in active] if self.adaptive else None
+                t = time.perf_counter()
+                new = self._run_plain(st, pos, [ctx[b][-1] for b in range(B)], m)
+                stats.verify_s += time.perf_counter() - t
+                stats.target_forwards += m
+                stats.plain_steps += m
+                stats.row_forwards += m * len(active)
+                for b in active:
+                    self._emit(b, new[b][:m], out, ctx, done, max_new_tokens, eos_token_id, stats)
+                    pos[b] += m
+                if self.adaptive:
+                    t = time.perf_counter()
+                    guess = self.drafter.propose(start_ctx, m)
+                    stats.draft_s += time.perf_counter() - t
+                    alpha = self._update_alpha(alpha, guess, [new[b][:m] for b in active])
+                    k_next = self._choose_k(alpha, st.cost)
+                continue
+            q = kk + 1
+            t = time.perf_counter()
+            tok = np.empty((B, q), dtype=np.int64)
+            for b in range(B):
+                tok[b] = ctx[b][-1]
+            for d, b in zip(drafts, active):
+                tok[b, 1:1 + len(d)] = d
+            g = self._run_verify(st, pos, tok, q)
+            stats.verify_s += time.perf_counter() - t
+            stats.target_forwards += 1
+            stats.row_forwards += len(active)
+            acc = prop = 0
+            for d, b in zip(drafts, active):
+                n = self._prefix(d, g[b, :len(d)])
+                if d:
+                    stats.accept_hist[n] += 1
+                else:
+                    stats.no_draft += 1
+                acc, prop = acc + n, prop + len(d)
+                self._emit(b, g[b, :n + 1].tolist(), out, ctx, done, max_new_tokens, eos_token_id, stats)
+                pos[b] += n + 1
+            stats.drafted += prop
+            stats.accepted += acc
+            if self.adaptive:
+                alpha = self._update_alpha(alpha, drafts, [g[b, :len(d)] for d, b in zip(drafts, active)])
+                k_next = self._choose_k(alpha, st.cost)
+        if cuda:
+            torch.cuda.synchronize()
+        stats.total_s = time.perf_counter() - t0
+        lengths = [len(o) for o in out]
+        return SpecResult(new_tokens=out, lengths=lengths, time_s=stats.total_s,
+                          tokens_per_s=(sum(lengths) / B) / stats.total_s, stats=stats,
+                          graph=bool(st.graphs), compiled=self._compiled is not None,
+                          compile_error=self.compile_error)
+
+    def _update_alpha(self, alpha, drafts, targets) -> float:
+        """Fold one verify (or one scored guess) into the running per-token acceptance estimate."""
+        succ = trials = 0
+        for d, t in zip(drafts, targets):
+            n = self._prefix(d, t)
+            succ += n
+            trials += n + (n < len(d))
+        return alpha if trials == 0 else 0.7 * alpha + 0.3 * succ / trials
+
+    def _choose_k(self, alpha, cost=None) -> int:
+        """The draft length with the most expected tokens per unit of verify cost (``cost``: the batch's
+        timed curve, else the engine's); 0 (plain steps) unless one beats a plain step by the margin."""
+        cost = cost or self.cost
+        best_k, best = 0, 1.0 + self.margin
+        for k in self.ks:
+            expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
+            if expected / cost[k + 1] > best:
+                best_k, best = k, expected / cost[k + 1]
+        return best_k
+
+    @staticmethod
+    def _prefix(draft, target) -> int:
+        n = 0
+        for a, b in zip(draft, target):
+            if int(a) != int(b):
+                break
+            n += 1
+        return n
+
+    @staticmethod
+    def _emit(b, toks, out, ctx, done, max_new, eos, stats):
+        toks = list(map(int, toks))[:max_new - len(out[b])]
+        if eos is not None and eos in toks:
+            toks = toks[:toks.index(eos) + 1]
+            done[b] = True
+        out[b] += toks
+        ctx[b] += toks
+        stats.decode_tokens += len(toks)
+        if len(out[b]) >= max_new:
+            done[b] = True
+
+    def _run_verify(self, st, pos, tok, q):
+        st.cache.pos.copy_(torch.from_numpy(pos))
+        st.ids[q].copy_(torch.from_numpy(tok))
+        if st.graphs:
+            st.graphs[q].replay()
+        else:
+            self._verify_step(st, q)
+        return st.argmax[q].cpu().numpy()
+
+    def _run_plain(self, st, pos, last, m):
+        st.cache.pos.copy_(torch.from_numpy(pos))
+        st.ids[1].copy_(torch.tensor(last, dtype=torch.long)[:, None])
+        st.chunk_idx.zero_()
+        for _ in range(m):
+            if st.graphs:
+                st.graphs[0].replay()
+            else:
+                self._plain_step(st)
+        return st.chunk.cpu().numpy()
