@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..ops.deltanet import gated_deltanet_decode
-from ..ops.gguf import FORMATS, gguf_gemv, reference as gguf_ref, type_id
+from ...ops.deltanet import gated_deltanet_decode
+from ...ops.gguf import FORMATS, gguf_gemv, reference as gguf_ref, type_id
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ class DeltaNetLayer:
     def random(cls, dims: DeltaNetDims = DeltaNetDims(), formats=("Q4_K", "Q4_K", "Q6_K"), seed: int = 0,
                device="cuda") -> "DeltaNetLayer":
         """Random valid GGUF weights at ``dims`` (attn_qkv, attn_gate, ssm_out formats)."""
-        from ..ops.deltanet.reference import random_layer
+        from ...ops.deltanet.reference import random_layer
 
         def lin(fmt, N, K, s):
             t = type_id(fmt)

@@ -1,0 +1,272 @@
+"""Decode loop for :class:`Qwen35Model`: preallocated caches, one token per step.
+
+The prompt is fed one token per step (prefill), then each chosen token is fed
+back. Attention layers keep a KV cache of ``max_len`` positions, Gated DeltaNet
+layers their conv and recurrent state; all are allocated once. The step reads
+the token and the position from device tensors, so on CUDA it is captured into
+one CUDA graph per pipeline stage (``cuda_graph=True``) and replayed; if the
+capture fails the engine warns, records why in ``graph_error`` and runs the
+same step eagerly. Layers on several devices form stages run in turn, the
+hidden state handed over once per boundary per token. Batch size 1.
+
+``generate(prompt, max_new_tokens)``: greedy by default; ``do_sample=True``
+samples with ``temperature``, ``top_k``, ``top_p`` and a seeded generator.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ...quant.gguf import GGUFFile
+from .model import COMPUTE_DTYPES, Qwen35Config, Qwen35Model, layer_bytes, rms_norm
+from .split import StagePlan, device_capacities, plan_stages
+
+__all__ = ["Qwen35Engine", "GenerateResult", "cache_bytes_per_layer", "sample"]
+
+
+@dataclass
+class GenerateResult:
+    tokens: list                       # the new tokens
+    prompt_logits: torch.Tensor | None = None   # [T, vocab] fp32: logits after each prompt token
+    logits: torch.Tensor | None = None          # [new, vocab] fp32: the logits each new token was chosen from
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    cuda_graphs: bool = False
+    info: dict = field(default_factory=dict)
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        """Tokens fed back per second after the prefill: (new tokens - 1) / decode time."""
+        return (len(self.tokens) - 1) / self.decode_s if self.decode_s > 0 else float("nan")
+
+
+def cache_bytes_per_layer(cfg: Qwen35Config, max_len: int, dtype: torch.dtype = torch.float16) -> list[int]:
+    """Bytes of each main layer's cache: KV for attention, conv + fp32 recurrent state for DeltaNet."""
+    e = torch.finfo(dtype).bits // 8
+    out = []
+    for kind in cfg.layer_types:
+        if kind == "attention":
+            out.append(2 * cfg.attn_kv_heads * max_len * cfg.head_dim * e)
+        else:
+            out.append(4 * cfg.ssm_v_heads * cfg.ssm_k_dim * cfg.ssm_v_dim + 3 * cfg.conv_dim * e)
+    return out
+
+
+def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """One token id [1] (long) drawn from logits [1, vocab] (temperature, then top-k, then top-p)."""
+    scores = logits.float() / temperature
+    if top_k:
+        kth = torch.topk(scores, min(top_k, scores.shape[-1]), dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_s, idx = torch.sort(scores, descending=True, dim=-1)
+        p = torch.softmax(sorted_s, dim=-1)
+        drop = (p.cumsum(-1) - p) > top_p            # keep the smallest prefix whose mass reaches top_p
+        scores = scores.scatter(-1, idx, sorted_s.masked_fill(drop, float("-inf")))
+    probs = torch.softmax(scores, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).view(1)
+
+
+class Qwen35Engine:
+    """Generation over a :class:`Qwen35Model` (see the module docstring)."""
+
+    def __init__(self, model: Qwen35Model, max_len: int = 512, dtype: torch.dtype = torch.float16,
+                 cuda_graph: bool = True, plan: StagePlan | None = None):
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"max_len must be a positive int, got {max_len!r}")
+        if dtype not in COMPUTE_DTYPES:
+            raise TypeError(f"dtype must be torch.float16 or torch.float32, got {dtype}")
+        self.model, self.max_len, self.dtype, self.plan = model, max_len, dtype, plan
+        self.cfg = model.cfg
+        # stages: the plan's layer ranges, else runs of consecutive layers on one device
+        if plan is not None:
+            ranges = list(plan.ranges)
+        else:
+            ranges, start = [], 0
+            for i in range(1, len(model.blocks) + 1):
+                if i == len(model.blocks) or model.devices[i] != model.devices[start]:
+                    ranges.append(range(start, i))
+                    start = i
+        if [i for r in ranges for i in r] != list(range(len(model.blocks))):
+            raise ValueError(f"stage ranges {ranges} must cover layers 0..{len(model.blocks) - 1} in order")
+        self.stages: list[tuple[torch.device, list]] = []
+        for r in ranges:
+            if len({str(model.devices[i]) for i in r}) != 1:
+                raise ValueError(f"stage of layers {r.start}..{r.stop - 1} spans several devices")
+            self.stages.append((model.devices[r.start], [model.blocks[i] for i in r]))
+        for dev, blocks in self.stages:
+            for b in blocks:
+                b.mixer.allocate(1, max_len, dtype, dev)
+        devs = [d for d, _ in self.stages]
+        self.tok = torch.zeros(1, dtype=torch.long, device=devs[0])
+        self.pos = [torch.zeros(1, dtype=torch.long, device=d) for d in devs]
+        self.h = [torch.zeros(1, self.cfg.hidden, dtype=torch.float32, device=d) for d in devs]
+        self.logits = torch.zeros(1, self.cfg.vocab, dtype=torch.float32, device=devs[-1])
+        self.next_tok = torch.zeros(1, dtype=torch.long, device=devs[-1])
+        self.use_graphs = bool(cuda_graph) and all(d.type == "cuda" for d in devs)
+        self.graphs = None
+        self.graph_error: str | None = None
+
+    @classmethod
+    def from_gguf(cls, path, devices=None, max_len: int = 512, dtype: torch.dtype = torch.float16,
+                  cuda_graph: bool = True, capacities=None, activations: str = "fp16") -> "Qwen35Engine":
+        """Load a qwen35 GGUF over ``devices`` (one stage per device, layers assigned by
+        :func:`plan_stages` on measured bytes, caches included). ``capacities``: bytes per
+        device (default: free CUDA memory less 1 GiB; unbounded on CPU). ``devices`` defaults
+        to the current CUDA device, or the CPU without one."""
+        f = path if isinstance(path, GGUFFile) else GGUFFile(path)
+        cfg = Qwen35Config.from_gguf(f)
+        if devices is None:
+            devices = ["cuda"] if torch.cuda.is_available() else ["cpu"]
+        if isinstance(devices, (str, torch.device)):
+            devices = [devices]
+        devices = [torch.device(d) for d in devices]
+        per_layer = [w + c for w, c in zip(layer_bytes(f, cfg), cache_bytes_per_layer(cfg, max_len, dtype))]
+        embed = f.info("token_embd.weight").n_bytes
+        head = embed if cfg.tied else f.info("output.weight").n_bytes
+        caps = device_capacities(devices) if capacities is None else list(capacities)
+        plan = plan_stages(per_layer, len(devices), caps, first_extra=embed, last_extra=head + 4 * cfg.hidden)
+        model = Qwen35Model.from_gguf(f, devices=plan.device_of_layer(devices), activations=activations)
+        return cls(model, max_len=max_len, dtype=dtype, cuda_graph=cuda_graph, plan=plan)
+
+    # ------------------------------------------------------------------ the step
+
+    def _run_stage(self, s: int) -> None:
+        """Stage ``s`` on its static buffers: token/hidden in, hidden or logits out, position + 1."""
+        m, dev_blocks = self.model, self.stages[s][1]
+        h = m.embed(self.tok) if s == 0 else self.h[s]
+        for b in dev_blocks:
+            h = b(h, self.pos[s], self.dtype)
+        if s == len(self.stages) - 1:
+            logits = m.head(rms_norm(h, m.output_norm, self.cfg.eps).to(self.dtype)).float()
+            self.logits.copy_(logits)
+            self.next_tok.copy_(logits.argmax(-1))
+        else:
+            self.h[s].copy_(h)
+        self.pos[s].add_(1)
+
+    def _step(self) -> None:
+        for s in range(len(self.stages)):
+            if s > 0:
+                self.h[s].copy_(self.h[s - 1])   # the one hand-over per boundary
+            if self.graphs is not None:
+                self.graphs[s].replay()
+            else:
+                self._run_stage(s)
+
+    def reset(self) -> None:
+        """Empty every cache and state; position 0."""
+        for _, blocks in self.stages:
+            for b in blocks:
+                b.mixer.reset()
+        for p in self.pos:
+            p.zero_()
+
+    def _capture(self) -> None:
+        try:
+            graphs = []
+            for s, (dev, _) in enumerate(self.stages):
+                with torch.cuda.device(dev):
+                    side = torch.cuda.Stream(dev)
+                    side.wait_stream(torch.cuda.current_stream(dev))
+                    with torch.cuda.stream(side):
+                        for _ in range(2):   # warm-up: builds kernels, packs layouts, allocates workspaces
+                            self._run_stage(s)
+                    torch.cuda.current_stream(dev).wait_stream(side)
+                    g = torch.cuda.CUDAGraph()
+                    with torch.cuda.graph(g):
+                        self._run_stage(s)
+                    graphs.append(g)
+            self.graphs = graphs
+        except Exception as e:  # capture is an optimisation: fall back to the same step, eager
+            self.graphs, self.use_graphs = None, False
+            self.graph_error = f"{type(e).__name__}: {e}"
+            warnings.warn(f"CUDA graph capture failed, decoding eagerly: {self.graph_error}")
+        self.reset()
+
+    def _sync(self) -> None:
+        for dev, _ in self.stages:
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+
+    # ------------------------------------------------------------------ generation
+
+    def _check_prompt(self, prompt, max_new_tokens: int) -> list[int]:
+        if isinstance(prompt, torch.Tensor):
+            if prompt.dim() == 2 and prompt.shape[0] == 1:
+                prompt = prompt[0]
+            if prompt.dim() != 1:
+                raise ValueError(f"prompt must be 1-D token ids (batch size 1), got shape {tuple(prompt.shape)}")
+            prompt = prompt.tolist()
+        prompt = list(prompt)
+        if not prompt:
+            raise ValueError("prompt must hold at least one token id")
+        bad = [t for t in prompt if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < self.cfg.vocab]
+        if bad:
+            raise ValueError(f"prompt token ids must be ints in [0, {self.cfg.vocab}), got {bad[:5]}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+        if len(prompt) > self.max_len:
+            raise ValueError(f"prompt of {len(prompt)} tokens is longer than the cache (max_len={self.max_len})")
+        if len(prompt) + max_new_tokens > self.max_len:
+            raise ValueError(f"prompt of {len(prompt)} tokens + max_new_tokens={max_new_tokens} does not fit the "
+                             f"cache (max_len={self.max_len})")
+        return prompt
+
+    @torch.no_grad()
+    def generate(self, prompt, max_new_tokens: int, *, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
+                 return_logits: bool = False) -> GenerateResult:
+        """Prefill ``prompt`` (token ids) step by step, then decode ``max_new_tokens`` tokens."""
+        prompt = self._check_prompt(prompt, max_new_tokens)
+        if do_sample:
+            if not temperature > 0:
+                raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+            if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+                raise ValueError(f"top_k must be a non-negative int, got {top_k!r}")
+            if not 0 < top_p <= 1:
+                raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        last_dev = self.stages[-1][0]
+        gen = torch.Generator(device=last_dev)
+        if seed is not None:
+            gen.manual_seed(seed)
+        if self.use_graphs and self.graphs is None:
+            self._capture()
+        self.reset()
+        prompt_logits, logits, tokens = [], [], []
+        self._sync()
+        t0 = time.perf_counter()
+        for t in prompt:
+            self.tok.fill_(t)
+            self._step()
+            if return_logits:
+                prompt_logits.append(self.logits.clone())
+        self._sync()
+        t1 = time.perf_counter()
+        for i in range(max_new_tokens):
+            if return_logits:
+                logits.append(self.logits.clone())
+            nxt = sample(self.logits, temperature, top_k, top_p, gen) if do_sample else self.next_tok.clone()
+            tokens.append(nxt)
+            if i + 1 < max_new_tokens:
+                self.tok.copy_(nxt.to(self.tok.device))
+                self._step()
+        self._sync()
+        t2 = time.perf_counter()
+        return GenerateResult(
+            tokens=torch.cat(tokens).tolist(),
+            prompt_logits=torch.cat(prompt_logits).cpu() if return_logits else None,
+            logits=torch.cat(logits).cpu() if return_logits else None,
+            prefill_s=t1 - t0, decode_s=t2 - t1, cuda_graphs=self.graphs is not None,
+            info={"graph_error": self.graph_error, "stages": [str(d) for d, _ in self.stages],
+                  "max_len": self.max_len, "dtype": str(self.dtype)})
+
+
+def load(path: str | Path, **kw) -> Qwen35Engine:
+    """Shorthand for :meth:`Qwen35Engine.from_gguf`."""
+    return Qwen35Engine.from_gguf(path, **kw)

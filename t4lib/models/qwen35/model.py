@@ -1,0 +1,435 @@
+"""The qwen35 model read from a GGUF file, weights kept in their GGUF formats.
+
+Every matrix product goes through the op of its format: quantized tensors
+through :func:`t4lib.ops.gguf.gguf_gemv` (the CUDA dequant-GEMV on a GPU, its
+reference on CPU; on CUDA the formats with a GEMV layout keep only that
+byte-permuted copy, same size), F32/F16 tensors through ``torch.matmul`` in
+their own dtype. The token embedding is dequantized one row per lookup; the
+output head is ``output.weight``, or the embedding when the file has none (tied:
+on CUDA the head then holds its own GEMV-layout copy beside the rows kept for lookup).
+
+Layers, in the order of the file (``full_attention_interval`` says which are full
+attention; the others are Gated DeltaNet)::
+
+    h = h + mixer(RMSNorm(h) * attn_norm);  h = h + FFN(RMSNorm(h) * post_attention_norm)
+    FFN(x)       = ffn_down(SiLU(ffn_gate x) * ffn_up x)
+    attention    : attn_q -> [query | gate] per head (head_dim each), q/k RMSNorm over head_dim,
+                   neox rotary embedding on the first rope.dimension_count dims, grouped KV heads,
+                   softmax(q k^T / sqrt(head_dim)) v, times sigmoid(gate), attn_output
+    Gated DeltaNet: :func:`t4lib.ops.deltanet.gated_deltanet_decode` (GGUF head order)
+    logits       = head(RMSNorm(h) * output_norm)
+
+Norm weights are used as stored: the GGUF converter adds the 1 of Qwen3.5's
+zero-centred RMSNorm (all but ``ssm_norm``). The residual stream and every norm
+are fp32; ``dtype`` (fp16, the GEMV path, or fp32, a precision yardstick that
+dequantizes each weight per product) is the dtype of the projections' inputs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from ...ops.deltanet import gated_deltanet_decode
+from ...ops.gguf import FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv
+from ...ops.gguf import MAX_M as GEMV_MAX_M
+from ...ops.gguf import packing
+from ...quant.gguf import GGUFError, GGUFFile
+
+__all__ = ["Qwen35Config", "Qwen35Model", "Linear", "Embedding", "AttentionMixer", "DeltaNetMixer", "Block",
+           "FLOAT_TYPES", "COMPUTE_DTYPES"]
+
+FLOAT_TYPES = {0: "F32", 1: "F16"}
+COMPUTE_DTYPES = (torch.float16, torch.float32)
+CONV_TAPS = 4
+
+
+@dataclass(frozen=True)
+class Qwen35Config:
+    """Dimensions of a qwen35 file (from its metadata and tensor shapes)."""
+    vocab: int
+    hidden: int
+    ffn: int
+    n_layers: int            # main layers; the file's NextN/MTP blocks follow them
+    layer_types: tuple       # "attention" | "deltanet" per main layer
+    attn_heads: int
+    attn_kv_heads: int
+    head_dim: int
+    rope_dim: int
+    rope_base: float
+    eps: float
+    ssm_k_heads: int
+    ssm_v_heads: int
+    ssm_k_dim: int
+    ssm_v_dim: int
+    n_nextn: int = 0
+    tied: bool = False
+
+    @property
+    def conv_dim(self) -> int:
+        return 2 * self.ssm_k_heads * self.ssm_k_dim + self.ssm_v_heads * self.ssm_v_dim
+
+    @classmethod
+    def from_gguf(cls, f: GGUFFile) -> "Qwen35Config":
+        if f.architecture != "qwen35":
+            raise GGUFError(f"{f.path}: GGUF architecture is {f.architecture!r}, expected 'qwen35'")
+
+        def need(key):
+            v = f.key(key)
+            if v is None:
+                raise GGUFError(f"{f.path}: missing metadata key 'qwen35.{key}'")
+            return v
+
+        n_nextn = int(f.key("nextn_predict_layers", 0) or 0)
+        n_layers = int(need("block_count")) - n_nextn
+        interval = int(f.key("full_attention_interval", 4))
+        if n_layers <= 0 or interval <= 0:
+            raise GGUFError(f"{f.path}: block_count {n_layers + n_nextn} with {n_nextn} NextN layers and "
+                            f"full_attention_interval {interval} leave no main layers")
+        kernel = int(f.key("ssm.conv_kernel", CONV_TAPS))
+        if kernel != CONV_TAPS:
+            raise GGUFError(f"{f.path}: ssm.conv_kernel is {kernel}; the Gated DeltaNet step supports {CONV_TAPS}")
+        if "token_embd.weight" not in f.tensors:
+            raise GGUFError(f"{f.path}: missing tensor 'token_embd.weight'")
+        vocab, hidden = f.info("token_embd.weight").shape
+        H = int(need("ssm.time_step_rank"))
+        heads = int(need("attention.head_count"))
+        head_dim = int(f.key("attention.key_length", 0) or need("embedding_length") // heads)
+        return cls(
+            vocab=int(vocab), hidden=int(need("embedding_length")), ffn=int(need("feed_forward_length")),
+            n_layers=n_layers,
+            layer_types=tuple("attention" if (i + 1) % interval == 0 else "deltanet" for i in range(n_layers)),
+            attn_heads=heads, attn_kv_heads=int(need("attention.head_count_kv")), head_dim=head_dim,
+            rope_dim=int(f.key("rope.dimension_count", head_dim)), rope_base=float(f.key("rope.freq_base", 1e7)),
+            eps=float(f.key("attention.layer_norm_rms_epsilon", 1e-6)),
+            ssm_k_heads=int(need("ssm.group_count")), ssm_v_heads=H, ssm_k_dim=int(need("ssm.state_size")),
+            ssm_v_dim=int(need("ssm.inner_size")) // H, n_nextn=n_nextn,
+            tied="output.weight" not in f.tensors)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """fp32 RMSNorm over the last dim, times ``weight`` (as stored)."""
+    return F.rms_norm(x.float(), (x.shape[-1],), weight, eps)
+
+
+class Linear:
+    """y [M, N] = x [M, K] @ W^T with W [N, K] as the file stores it.
+
+    Quantized W: fp16 x goes through the GGUF GEMV of its format (rows of x in
+    groups of at most 8); on CUDA, formats with a GEMV layout keep only that copy.
+    F32/F16 W: ``torch.matmul`` in W's dtype. ``activations="int8"`` takes the
+    int8-activation GEMV where the format has one (see :mod:`t4lib.ops.gguf`).
+    fp32 x (the yardstick) multiplies by W dequantized to fp32 once and kept: meant
+    for models small enough to hold in fp32 (the oracle checks), not for decoding."""
+
+    def __init__(self, name: str, data: torch.Tensor, type_id: int, N: int, K: int, activations: str = "fp16"):
+        self.name, self.type, self.N, self.K = name, int(type_id), int(N), int(K)
+        self.packed = self.raw = self.w = self._w32 = None
+        if self.type in FLOAT_TYPES:
+            self.w = data.reshape(N, K)
+        elif data.is_cuda and packing.supports(self.type, K):
+            self.packed = pack_for_gemv(data, self.type, N, K)   # the only copy kept (same bytes, GEMV layout)
+        else:
+            self.raw = data
+        self.activations = activations if self.packed is not None else "fp16"
+
+    @property
+    def nbytes(self) -> int:
+        t = next(x for x in (self.w, self.packed, self.raw) if x is not None)
+        return t.numel() * t.element_size()
+
+    def dequantized(self) -> torch.Tensor:
+        """W [N, K] fp32 (a temporary)."""
+        if self.w is not None:
+            return self.w.float()
+        if self.packed is not None:
+            return packing.dequantize(self.packed, self.type, self.N, self.K).float()
+        return gguf_dequant(self.raw, self.type, (self.N, self.K))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype == torch.float32:   # the yardstick: W in fp32, kept after first use (small models)
+            if self._w32 is None:
+                self._w32 = self.dequantized()
+            return x @ self._w32.t()
+        if self.w is not None:
+            return (x.to(self.w.dtype) @ self.w.t()).to(x.dtype)
+        outs = []
+        for i in range(0, x.shape[0], GEMV_MAX_M):
+            xi = x if x.shape[0] <= GEMV_MAX_M else x[i:i + GEMV_MAX_M].clone()  # clone: a fresh, aligned buffer
+            if self.packed is not None:
+                outs.append(gguf_gemv_packed(self.packed, self.type, xi, self.N, self.K,
+                                             activations=self.activations))
+            else:
+                outs.append(gguf_gemv(self.raw, self.type, xi, self.N, self.K))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+
+class Embedding:
+    """Token embedding lookup: the rows of the tokens, dequantized (fp32 out)."""
+
+    def __init__(self, data: torch.Tensor, type_id: int, vocab: int, hidden: int):
+        self.type, self.vocab, self.hidden = int(type_id), vocab, hidden
+        if self.type in FLOAT_TYPES:
+            self.rows = data.reshape(vocab, hidden)
+        else:
+            self.rows = data.reshape(vocab, -1)   # [vocab, bytes per row]
+
+    @property
+    def nbytes(self) -> int:
+        return self.rows.numel() * self.rows.element_size()
+
+    def __call__(self, tokens: torch.Tensor) -> torch.Tensor:
+        r = self.rows.index_select(0, tokens)
+        if self.type in FLOAT_TYPES:
+            return r.float()
+        return gguf_dequant(r.reshape(-1), self.type, (tokens.shape[0], self.hidden))
+
+
+def rope_tables(rope_dim: int, base: float, max_len: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [max_len, rope_dim // 2] fp32 (the frequencies of transformers' default rope)."""
+    inv_freq = 1.0 / (base ** (torch.arange(0, rope_dim, 2, dtype=torch.float) / rope_dim))
+    freqs = torch.arange(max_len, dtype=torch.float)[:, None] * inv_freq[None]
+    return freqs.cos().to(device), freqs.sin().to(device)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Neox rotation of the first 2 * cos.shape[-1] dims of x [B, heads, D]; cos/sin [B, 1, R/2]."""
+    r = cos.shape[-1]
+    x1, x2, rest = x[..., :r], x[..., r:2 * r], x[..., 2 * r:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
+
+
+class AttentionMixer:
+    """Gated full attention with a preallocated KV cache [B, kv_heads, max_len, head_dim]."""
+    kind = "attention"
+
+    def __init__(self, cfg: Qwen35Config, q: Linear, k: Linear, v: Linear, o: Linear, q_norm, k_norm):
+        self.cfg, self.q, self.k, self.v, self.o, self.q_norm, self.k_norm = cfg, q, k, v, o, q_norm, k_norm
+        self.k_cache = self.v_cache = self.cos = self.sin = None
+
+    def linears(self):
+        return [self.q, self.k, self.v, self.o]
+
+    def allocate(self, batch: int, max_len: int, dtype: torch.dtype, device) -> None:
+        c = self.cfg
+        shape = (batch, c.attn_kv_heads, max_len, c.head_dim)
+        self.k_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.v_cache = torch.zeros(shape, dtype=dtype, device=device)
+        self.cos, self.sin = rope_tables(c.rope_dim, c.rope_base, max_len, device)
+
+    def reset(self) -> None:
+        self.k_cache.zero_()
+        self.v_cache.zero_()
+
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """x [B, hidden] (normed, compute dtype), pos [1] long on x's device (the token's position)."""
+        c = self.cfg
+        B, H, G, D = x.shape[0], c.attn_heads, c.attn_kv_heads, c.head_dim
+        qg = self.q(x).float().view(B, H, 2 * D)
+        q, gate = qg[..., :D], qg[..., D:].reshape(B, H * D)
+        q = rms_norm(q, self.q_norm, c.eps)
+        k = rms_norm(self.k(x).float().view(B, G, D), self.k_norm, c.eps)
+        v = self.v(x).float().view(B, G, D)
+        cos, sin = self.cos.index_select(0, pos)[:, None], self.sin.index_select(0, pos)[:, None]
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        self.k_cache.index_copy_(2, pos, k[:, :, None].to(self.k_cache.dtype))
+        self.v_cache.index_copy_(2, pos, v[:, :, None].to(self.v_cache.dtype))
+        T = self.k_cache.shape[2]
+        scores = torch.einsum("bgrd,bgtd->bgrt", q.view(B, G, H // G, D), self.k_cache.float()) / math.sqrt(D)
+        future = torch.arange(T, device=x.device) > pos   # keys not written yet
+        p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+        o = torch.einsum("bgrt,bgtd->bgrd", p, self.v_cache.float()).reshape(B, H * D)
+        return self.o((o * torch.sigmoid(gate)).to(x.dtype))
+
+
+class DeltaNetMixer:
+    """Gated DeltaNet layer: projections, then the fused decode step (GGUF head order)."""
+    kind = "deltanet"
+
+    def __init__(self, cfg: Qwen35Config, qkv: Linear, gate: Linear, alpha: Linear, beta: Linear, out: Linear,
+                 conv_w, ssm_a, dt_bias, ssm_norm):
+        self.cfg, self.qkv, self.gate, self.alpha, self.beta, self.out = cfg, qkv, gate, alpha, beta, out
+        self.conv_w, self.ssm_a, self.dt_bias, self.ssm_norm = conv_w, ssm_a, dt_bias, ssm_norm
+        self.state = self.conv_state = None
+        # alpha and beta stored as floats of one dtype (the usual case): one product for both
+        self.ab = None
+        if alpha.w is not None and beta.w is not None and alpha.w.dtype == beta.w.dtype:
+            self.ab = Linear("ssm_alpha+ssm_beta", torch.cat([alpha.w, beta.w]), alpha.type,
+                             alpha.N + beta.N, alpha.K)
+            self.alpha = self.beta = None   # held once, in self.ab
+        self.n_heads = cfg.ssm_v_heads
+
+    def linears(self):
+        return [self.qkv, self.gate] + ([self.ab] if self.ab is not None else [self.alpha, self.beta]) + [self.out]
+
+    def allocate(self, batch: int, max_len: int, dtype: torch.dtype, device) -> None:
+        c = self.cfg
+        self.state = torch.zeros(batch, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim, dtype=torch.float32, device=device)
+        self.conv_state = torch.zeros(batch, CONV_TAPS - 1, c.conv_dim, dtype=dtype, device=device)
+
+    def reset(self) -> None:
+        self.state.zero_()
+        self.conv_state.zero_()
+
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        if self.ab is not None:
+            ab = self.ab(x)
+            a, b = ab[:, :self.n_heads].contiguous(), ab[:, self.n_heads:].contiguous()
+        else:
+            a, b = self.alpha(x), self.beta(x)
+        o = gated_deltanet_decode(self.qkv(x), self.gate(x), a, b, self.conv_state,
+                                  self.state, self.conv_w, self.ssm_a, self.dt_bias, self.ssm_norm,
+                                  num_k_heads=self.cfg.ssm_k_heads, head_order="gguf", eps=self.cfg.eps,
+                                  out_dtype=x.dtype)
+        return self.out(o)
+
+
+class Block:
+    """One main layer: norms, mixer (attention or Gated DeltaNet), SwiGLU FFN."""
+
+    def __init__(self, index: int, attn_norm, mixer, post_norm, ffn_gate: Linear, ffn_up: Linear,
+                 ffn_down: Linear, eps: float):
+        self.index, self.attn_norm, self.mixer, self.post_norm = index, attn_norm, mixer, post_norm
+        self.ffn_gate, self.ffn_up, self.ffn_down, self.eps = ffn_gate, ffn_up, ffn_down, eps
+
+    @property
+    def kind(self) -> str:
+        return self.mixer.kind
+
+    def linears(self):
+        return self.mixer.linears() + [self.ffn_gate, self.ffn_up, self.ffn_down]
+
+    def __call__(self, h: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        h = h + self.mixer(rms_norm(h, self.attn_norm, self.eps).to(dtype), pos).float()
+        x = rms_norm(h, self.post_norm, self.eps).to(dtype)
+        act = (F.silu(self.ffn_gate(x).float()) * self.ffn_up(x).float()).to(dtype)
+        return h + self.ffn_down(act).float()
+
+
+def layer_tensor_names(cfg: Qwen35Config, i: int) -> list[str]:
+    """The tensors main layer ``i`` needs (GGUF names)."""
+    p = f"blk.{i}."
+    common = ["attn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight", "ffn_up.weight",
+              "ffn_down.weight"]
+    if cfg.layer_types[i] == "attention":
+        own = ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_q_norm.weight",
+               "attn_k_norm.weight"]
+    else:
+        own = ["attn_qkv.weight", "attn_gate.weight", "ssm_alpha.weight", "ssm_beta.weight", "ssm_out.weight",
+               "ssm_conv1d.weight", "ssm_a", "ssm_dt.bias", "ssm_norm.weight"]
+    return [p + n for n in common + own]
+
+
+def layer_bytes(f: GGUFFile, cfg: Qwen35Config) -> list[int]:
+    """Bytes of each main layer's tensors in the file."""
+    return [sum(f.info(n).n_bytes for n in layer_tensor_names(cfg, i) if n in f.tensors)
+            for i in range(cfg.n_layers)]
+
+
+class Qwen35Model:
+    """Weights of a qwen35 GGUF on one or more devices (see the module docstring).
+
+    ``devices``: one device per main layer (from :func:`t4lib.models.qwen35.split.plan_stages`
+    for a split); the embedding lives with layer 0, the final norm and head with the last layer."""
+
+    def __init__(self, cfg: Qwen35Config, embed: Embedding, blocks: list[Block], output_norm, head: Linear,
+                 devices: list, path: Path | None = None):
+        self.cfg, self.embed, self.blocks, self.output_norm, self.head = cfg, embed, blocks, output_norm, head
+        self.devices, self.path = devices, path
+
+    @classmethod
+    def from_gguf(cls, path_or_file, device="cpu", devices: list | None = None,
+                  activations: str = "fp16") -> "Qwen35Model":
+        if activations not in ("fp16", "int8"):
+            raise ValueError(f"activations must be 'fp16' or 'int8', got {activations!r}")
+        f = path_or_file if isinstance(path_or_file, GGUFFile) else GGUFFile(path_or_file)
+        cfg = Qwen35Config.from_gguf(f)
+        devices = [torch.device(d) for d in (devices or [device] * cfg.n_layers)]
+        if len(devices) != cfg.n_layers:
+            raise ValueError(f"devices must list one device per main layer ({cfg.n_layers}), got {len(devices)}")
+        for i in range(cfg.n_layers):
+            for n in layer_tensor_names(cfg, i):
+                if n not in f.tensors:
+                    raise GGUFError(f"{f.path}: missing tensor {n!r} (layer {i}, {cfg.layer_types[i]})")
+        for n in ("output_norm.weight",):
+            if n not in f.tensors:
+                raise GGUFError(f"{f.path}: missing tensor {n!r}")
+
+        def supported(n):
+            t = f.info(n)
+            if t.type_id not in FLOAT_TYPES and t.type_id not in FORMATS:
+                ok = ", ".join(list(FLOAT_TYPES.values()) + [v[0] for v in FORMATS.values()])
+                raise GGUFError(f"{f.path}: tensor {n!r} has unsupported GGUF tensor type {t.type_name}; "
+                                f"supported: {ok}")
+            return t
+
+        def data(n, dev):
+            t = supported(n)
+            if t.type_id in FLOAT_TYPES:
+                return f.dequantize(n, device=dev, out_dtype=torch.float32 if t.type_id == 0 else torch.float16)
+            return f.raw(n).to(dev)
+
+        def lin(n, dev, shape):
+            t = supported(n)
+            if tuple(t.shape) != tuple(shape):
+                raise GGUFError(f"{f.path}: tensor {n!r} has shape {t.shape}, expected {tuple(shape)}")
+            return Linear(n, data(n, dev), t.type_id, shape[0], shape[1], activations)
+
+        def vec(n, dev, shape):
+            t = supported(n)
+            if tuple(t.shape) != tuple(shape):
+                raise GGUFError(f"{f.path}: tensor {n!r} has shape {t.shape}, expected {tuple(shape)}")
+            return f.dequantize(n, device=dev).float().contiguous()
+
+        c = cfg
+        blocks = []
+        for i in range(c.n_layers):
+            p, dev = f"blk.{i}.", devices[i]
+            if c.layer_types[i] == "attention":
+                qd, kd = c.attn_heads * c.head_dim, c.attn_kv_heads * c.head_dim
+                mixer = AttentionMixer(c, lin(p + "attn_q.weight", dev, (2 * qd, c.hidden)),
+                                       lin(p + "attn_k.weight", dev, (kd, c.hidden)),
+                                       lin(p + "attn_v.weight", dev, (kd, c.hidden)),
+                                       lin(p + "attn_output.weight", dev, (c.hidden, qd)),
+                                       vec(p + "attn_q_norm.weight", dev, (c.head_dim,)),
+                                       vec(p + "attn_k_norm.weight", dev, (c.head_dim,)))
+            else:
+                H, vd = c.ssm_v_heads, c.ssm_v_heads * c.ssm_v_dim
+                mixer = DeltaNetMixer(c, lin(p + "attn_qkv.weight", dev, (c.conv_dim, c.hidden)),
+                                      lin(p + "attn_gate.weight", dev, (vd, c.hidden)),
+                                      lin(p + "ssm_alpha.weight", dev, (H, c.hidden)),
+                                      lin(p + "ssm_beta.weight", dev, (H, c.hidden)),
+                                      lin(p + "ssm_out.weight", dev, (c.hidden, vd)),
+                                      vec(p + "ssm_conv1d.weight", dev, (c.conv_dim, CONV_TAPS)),
+                                      vec(p + "ssm_a", dev, (H,)), vec(p + "ssm_dt.bias", dev, (H,)),
+                                      vec(p + "ssm_norm.weight", dev, (c.ssm_v_dim,)))
+            blocks.append(Block(i, vec(p + "attn_norm.weight", dev, (c.hidden,)), mixer,
+                                vec(p + "post_attention_norm.weight", dev, (c.hidden,)),
+                                lin(p + "ffn_gate.weight", dev, (c.ffn, c.hidden)),
+                                lin(p + "ffn_up.weight", dev, (c.ffn, c.hidden)),
+                                lin(p + "ffn_down.weight", dev, (c.hidden, c.ffn)), c.eps))
+        t = supported("token_embd.weight")
+        embed = Embedding(data("token_embd.weight", devices[0]), t.type_id, c.vocab, c.hidden)
+        last = devices[-1]
+        head_name = "token_embd.weight" if c.tied else "output.weight"
+        head = lin(head_name, last, (c.vocab, c.hidden))
+        return cls(cfg, embed, blocks, vec("output_norm.weight", last, (c.hidden,)), head, devices, f.path)
+
+    def weight_bytes(self) -> int:
+        """Bytes of every weight the decode step reads (embedding: the whole table is held, one row read)."""
+        n = sum(lin.nbytes for b in self.blocks for lin in b.linears())
+        n += sum(t.numel() * t.element_size() for b in self.blocks for t in self._small(b))
+        return n + self.head.nbytes + self.output_norm.numel() * 4
+
+    @staticmethod
+    def _small(b: Block):
+        m = b.mixer
+        extra = [m.q_norm, m.k_norm] if m.kind == "attention" else [m.conv_w, m.ssm_a, m.dt_bias, m.ssm_norm]
+        return [b.attn_norm, b.post_norm] + extra
+
+    def bytes_per_token(self) -> int:
+        """Weight bytes read per decoded token: every layer and the head, plus one embedding row."""
+        return self.weight_bytes() + self.embed.nbytes // self.cfg.vocab

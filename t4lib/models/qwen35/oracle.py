@@ -1,0 +1,141 @@
+"""The transformers oracle for the qwen35 engine: a tiny random ``Qwen3_5ForCausalLM``,
+its GGUF, and the comparison of logits and greedy tokens.
+
+``check(out_dir=None)`` runs the two checks the tests run (F32 weights against
+the original model; every GGUF format against transformers on the dequantized
+weights), 64 greedy tokens each, on CPU, and writes
+``results/cpu/qwen35_engine_oracle.json`` when ``out_dir`` is given.
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from .convert import gguf_to_hf_state_dict, hf_to_gguf, hf_to_gguf_tensors, kind_of, random_blocks_for
+
+__all__ = ["tiny_config", "random_hf", "hf_run", "quantized_gguf", "rel_err", "check", "BLOCK_TYPES",
+           "GGUFPY_TYPES"]
+
+SOURCE = "t4lib.models.qwen35.oracle"
+PROMPT = [5, 17, 90, 3, 42, 64, 7, 81]
+# Formats of the quantized file: every GGUF format the engine runs, F16, and Q8_0 through gguf-py
+BLOCK_TYPES = {"attn_qkv": "Q4_K", "attn_gate": "Q5_K", "ssm_out": "Q6_K", "ffn_gate": "IQ4_XS", "ffn_up": "Q3_K",
+               "ffn_down": "IQ3_S", "attn_q": "IQ4_NL", "attn_output": "Q4_K", "output": "Q6_K"}
+GGUFPY_TYPES = {"attn_k": "Q8_0", "attn_v": "Q8_0", "token_embd": "Q8_0", "ssm_beta": "F16"}
+
+
+def tiny_config(tied: bool = False, layers: int = 4, interval: int = 2):
+    """Qwen3.5 text config at tiny size: both layer kinds, 4 query over 2 KV heads (GQA),
+    4 value over 2 key heads in the Gated DeltaNet (so the GGUF head tiling matters),
+    every matrix's K a multiple of 256 (so every GGUF format fits)."""
+    from transformers import Qwen3_5TextConfig
+
+    cfg = Qwen3_5TextConfig(
+        vocab_size=96, hidden_size=256, intermediate_size=256, num_hidden_layers=layers, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64,
+        linear_num_key_heads=2, linear_num_value_heads=4, full_attention_interval=interval,
+        max_position_embeddings=256, tie_word_embeddings=tied,
+        rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25})
+    cfg._attn_implementation = "eager"
+    return cfg
+
+
+def random_hf(cfg, seed: int = 0):
+    """A ``Qwen3_5ForCausalLM`` with every parameter random (norm weights too, so the
+    converter's +1 and head reordering are visible) and peaked logits."""
+    from transformers import Qwen3_5ForCausalLM
+
+    torch.manual_seed(seed)
+    m = Qwen3_5ForCausalLM(cfg).eval()
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in m.named_parameters():
+            r = torch.randn(p.shape, generator=g)
+            if n.endswith("linear_attn.norm.weight"):
+                p.copy_(1 + 0.1 * r)
+            elif "norm" in n:
+                p.copy_(0.1 * r)
+            elif n.endswith("A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(0.05, 2.0, generator=g).log())
+            elif n.endswith("dt_bias") or "conv1d" in n:
+                p.copy_(0.5 * r)
+            elif "embed" in n:
+                p.copy_(r)
+            else:
+                p.copy_(0.06 * r)
+    return m
+
+
+def hf_run(m, prompt=PROMPT, new: int = 64):
+    """transformers' greedy decode: (prompt logits [T, V], new-token logits [new, V], new tokens)."""
+    ids = torch.tensor([list(prompt)])
+    with torch.no_grad():
+        prompt_logits = m(ids).logits[0]
+        out = m.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, output_logits=True,
+                         return_dict_in_generate=True, pad_token_id=0)
+    return prompt_logits, torch.cat(out.logits), out.sequences[0, len(prompt):].tolist()
+
+
+def quantized_gguf(m, cfg, path, seed: int = 0) -> Path:
+    """``m`` written with :data:`BLOCK_TYPES` (random blocks of each tensor's scale) and
+    :data:`GGUFPY_TYPES` (gguf-py's quantizer)."""
+    tens = hf_to_gguf_tensors(m.state_dict(), cfg)
+    blocks = {n: (BLOCK_TYPES[kind_of(n)],
+                  random_blocks_for(BLOCK_TYPES[kind_of(n)], *t.shape, float(t.std()), seed=seed + i))
+              for i, (n, t) in enumerate(tens.items()) if kind_of(n) in BLOCK_TYPES}
+    return hf_to_gguf(m.state_dict(), cfg, path, types=GGUFPY_TYPES, blocks=blocks)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b|."""
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+def check(out_dir: str | Path | None = None, new: int = 64) -> dict:
+    """Both oracle checks (see the module docstring); returns their figures by name."""
+    from transformers import Qwen3_5ForCausalLM
+
+    from ... import results
+    from .engine import Qwen35Engine
+
+    cfg = tiny_config()
+    tmp = Path(tempfile.mkdtemp())
+    rows = {}
+    m = random_hf(cfg)
+    f32 = hf_to_gguf(m.state_dict(), cfg, tmp / "f32.gguf")
+    ref_f32 = hf_run(m, new=new)
+    q = random_hf(cfg, seed=1)
+    qpath = quantized_gguf(q, cfg, tmp / "quant.gguf")
+    oracle = Qwen3_5ForCausalLM(cfg).eval()
+    oracle.load_state_dict(gguf_to_hf_state_dict(qpath, cfg))
+    ref_q = hf_run(oracle, new=new)
+    for label, path, ref in (("f32_weights", f32, ref_f32), ("all_formats", qpath, ref_q)):
+        for dtype, dname in ((torch.float32, "fp32"), (torch.float16, "fp16")):
+            r = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=len(PROMPT) + new, dtype=dtype).generate(
+                PROMPT, new, return_logits=True)
+            same = sum(a == b for a, b in zip(r.tokens, ref[2]))
+            rows[f"{label}/{dname}"] = {"prefill_rel_err": rel_err(r.prompt_logits, ref[0]),
+                                        "decode_rel_err": rel_err(r.logits, ref[1]), "identical": same,
+                                        "tokens": new}
+    if out_dir is not None:
+        figs = []
+        desc = {"f32_weights": "F32 weights, against the original model",
+                "all_formats": "Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS/IQ3_S/IQ4_NL/Q8_0/F16 weights, against transformers "
+                               "on the dequantized weights"}
+        for key, row in rows.items():
+            label, dname = key.split("/")
+            note = (f"tiny qwen35 (4 layers: 2 Gated DeltaNet, 2 attention; GQA 4/2, DeltaNet 4 value over 2 key "
+                    f"heads) vs transformers Qwen3_5ForCausalLM fp32 eager, {desc[label]}; engine activations "
+                    f"{dname}, prompt {len(PROMPT)} tokens, {new} greedy tokens, reference ops on CPU")
+            for stat in ("prefill_rel_err", "decode_rel_err"):
+                figs.append(results.figure(f"qwen35_engine/oracle/{key}/{stat}", row[stat], "max|d|/max|logit|",
+                                           "MEASURED", SOURCE, note=note))
+            figs.append(results.figure(f"qwen35_engine/oracle/{key}/greedy_identical_fraction",
+                                       row["identical"] / row["tokens"], "fraction", "MEASURED", SOURCE, note=note))
+        worst = min(r["identical"] / r["tokens"] for r in rows.values())
+        figs.append(results.figure("qwen35_engine/oracle/greedy_identical_fraction", worst, "fraction", "ARITHMETIC",
+                                   SOURCE, note="the smallest of the four greedy_identical_fraction figures above"))
+        results.write(Path(out_dir) / "qwen35_engine_oracle.json", figs, checks=rows)
+    return rows
