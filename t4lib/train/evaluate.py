@@ -1,0 +1,264 @@
+"""Evaluation of math answers: exact match, schema validity, grounded pass.
+
+* **exact match**: the gold answer is parsed first with ``math_verify.parse``
+  (SymPy's exact rationals where it cannot parse); the prediction likewise;
+  ``math_verify.verify(gold, pred)`` decides, exact rational equality when
+  math-verify parsed neither side.
+* **schema validity**: :func:`t4lib.train.data.parse_completion`.
+* **grounded pass**: schema-valid *and* correct (the answer taken from ``<answer>``).
+
+Formats: ``"tags"`` prompts in the chat template and reads ``<answer>``;
+``"plain"`` prompts ``Question: ...\\nAnswer:`` and reads ``The answer is X``
+(the base model's own format; no schema, so no grounded pass).
+Generation is greedy through :class:`t4lib.serving.StaticEngine`; prompts are
+grouped by token length (the engine takes no padding mask), so every row of a
+batch decodes exactly as it would alone.
+
+Records come from ``math_heldout`` (held-out templates), ``honesty_answerable``
+(the answerable half of the quarantined honesty set), a local ``.jsonl`` or a
+Hugging Face data set (``datasets.load_dataset``, e.g. ``openai/gsm8k``):
+question column ``question`` or ``problem``, gold column ``answer`` (GSM8K's
+``... #### 72`` is cut at ``####``).
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from ..models import schema
+from .data import chat_prompt, parse_completion, strip_turn_end
+
+FORMATS = ("tags", "plain")
+
+
+# ----------------------------------------------------------------------------- records
+
+def load_eval_records(source: str, *, split: str = "test", n: int | None = None,
+                      max_steps: int | None = None, min_steps: int | None = None) -> list[dict]:
+    """Evaluation records ``{id, question, answer, structure, n_steps}`` (see module docstring)."""
+    from ..models import corpus
+
+    if not isinstance(source, str) or not source:
+        raise ValueError(f"source must be a non-empty string, got {source!r}")
+    if source == "math_heldout":
+        recs = [dict(id=r["id"], question=r["question"], answer=r["answer"], structure=r["structure"],
+                     n_steps=int(r["n_steps"])) for r in corpus.load_jsonl("math_heldout.jsonl")]
+    elif source == "honesty_answerable":
+        recs = [dict(id=r["id"], question=r["question"], answer=r["answer"], structure=r["structure"],
+                     n_steps=len(r["steps"])) for r in corpus.load_jsonl("honesty_eval.jsonl") if not r["trap"]]
+    else:
+        recs = _external_records(source, split)
+    if max_steps is not None:
+        recs = [r for r in recs if r["n_steps"] <= max_steps]
+    if min_steps is not None:
+        recs = [r for r in recs if r["n_steps"] >= min_steps]
+    return recs[:n] if n is not None else recs
+
+
+def _external_records(source: str, split: str) -> list[dict]:
+    import json
+
+    p = Path(source)
+    if p.suffix == ".jsonl":
+        if not p.is_file():
+            raise FileNotFoundError(f"source {source!r} is not a file")
+        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+    else:
+        from datasets import load_dataset
+        rows = list(load_dataset(source, split=split))
+    if not rows:
+        raise ValueError(f"source {source!r} has no rows")
+    qcol = next((c for c in ("question", "problem") if c in rows[0]), None)
+    if qcol is None or "answer" not in rows[0]:
+        raise ValueError(f"source {source!r} needs a question (or problem) column and an answer column, "
+                         f"got columns {sorted(rows[0])}")
+    out = []
+    for i, r in enumerate(rows):
+        ans = str(r["answer"])
+        if "####" in ans:  # GSM8K: the reasoning, then "#### <number>"
+            ans = ans.rsplit("####", 1)[1].strip().replace(",", "")
+        out.append(dict(id=r.get("id", r.get("unique_id", i)), question=r[qcol], answer=ans,
+                        structure=r.get("structure", r.get("type", r.get("subject", "all"))),
+                        n_steps=int(r.get("n_steps", r.get("level", 0)) or 0)))
+    return out
+
+
+# ----------------------------------------------------------------------------- answers
+
+def parse_gold(answer) -> tuple:
+    """``(math_verify parse, sympy Rational or None)`` of a gold answer; ValueError when neither parses."""
+    from math_verify import parse
+
+    text = str(answer).strip()
+    mv = parse(text) if text else []
+    exact = _rational(text)
+    if not mv and exact is None:
+        raise ValueError(f"gold answer {answer!r} does not parse (math-verify nor SymPy)")
+    return mv, exact
+
+
+def _rational(text: str):
+    import sympy
+    try:
+        r = sympy.nsimplify(text.replace(" ", ""), rational=True)
+    except Exception:  # SymPy raises many error types on arbitrary text
+        return None
+    return sympy.Rational(r) if getattr(r, "is_Rational", False) else None
+
+
+def is_correct(gold: tuple, pred: str | None) -> bool:
+    """``gold`` from :func:`parse_gold`; ``pred`` the predicted answer text (None: no answer)."""
+    from math_verify import parse, verify
+
+    if pred is None or not str(pred).strip():
+        return False
+    mv_gold, exact_gold = gold
+    mv_pred = parse(str(pred).strip())
+    if mv_gold and mv_pred:
+        return bool(verify(mv_gold, mv_pred))
+    return exact_gold is not None and _rational(str(pred)) == exact_gold
+
+
+# ----------------------------------------------------------------------------- generation
+
+def prompts_for(tokenizer, records: list[dict], fmt: str) -> list[str]:
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    if fmt == "tags":
+        return [chat_prompt(tokenizer, r["question"]) for r in records]
+    return [schema.math_prompt(r["question"]) for r in records]
+
+
+def unwrap(model):
+    """The Hugging Face model inside a PEFT wrapper (LoRA layers stay injected)."""
+    inner = getattr(model, "base_model", None)
+    if inner is not None and hasattr(inner, "model") and type(model).__name__.startswith("Peft"):
+        return inner.model
+    return model
+
+
+def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch_size: int = 64,
+             progress: bool = True, use_graph: bool | None = None) -> list[str]:
+    """Greedy completions (text up to the turn end) of ``prompts`` through StaticEngine."""
+    import torch
+
+    from ..serving import StaticEngine
+
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    model = unwrap(model)
+    ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    groups = defaultdict(list)
+    for i, t in enumerate(ids):
+        groups[len(t)].append(i)
+    engine = StaticEngine(model, max_len=max(map(len, ids)) + max_new_tokens, use_graph=use_graph, compile=False)
+    out: list[str | None] = [None] * len(prompts)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=len(prompts), desc="generate", leave=False)
+    was_training = model.training
+    # Batches padded (by repeating a row) to a power of two and run bucket by bucket, so the engine
+    # rebuilds its cache and CUDA graph once per bucket size, not once per prompt length.
+    batches = []
+    for length in sorted(groups):
+        idx = groups[length]
+        for k in range(0, len(idx), batch_size):
+            chunk = idx[k:k + batch_size]
+            batches.append((min(batch_size, 1 << (len(chunk) - 1).bit_length()), chunk))
+    batches.sort(key=lambda b: b[0])
+    try:
+        for bucket, chunk in batches:
+            rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (bucket - len(chunk))
+            res = engine.generate(torch.tensor(rows), max_new_tokens)
+            texts = tokenizer.batch_decode(res.new_tokens[:len(chunk)], skip_special_tokens=False)
+            for i, t in zip(chunk, texts):
+                out[i] = strip_turn_end(t)
+            if bar is not None:
+                bar.update(len(chunk))
+    finally:
+        if bar is not None:
+            bar.close()
+        model.train(was_training)
+    return out
+
+
+# ----------------------------------------------------------------------------- scoring
+
+def score(records: list[dict], outputs: list[str], fmt: str) -> list[dict]:
+    """One row per record: schema_valid, correct, grounded (and the parse error)."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
+    if len(records) != len(outputs):
+        raise ValueError(f"records ({len(records)}) and outputs ({len(outputs)}) differ in length")
+    rows = []
+    for r, o in zip(records, outputs):
+        gold = parse_gold(r["answer"])
+        if fmt == "tags":
+            p = parse_completion(o)
+            pred = p.sections["answer"] if p.sections else None
+            valid, err = p.valid, p.error
+        else:
+            pred, valid, err = schema.extract_answer(o), False, None
+            pred = None if pred == "abstain" else pred
+        ok = is_correct(gold, pred)
+        rows.append(dict(id=r["id"], structure=r["structure"], n_steps=r["n_steps"], schema_valid=valid,
+                         correct=ok, grounded=valid and ok, output=o, error=err))
+    return rows
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score interval of a rate k/n (95% by default)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def _rates(rows: list[dict]) -> dict:
+    n = len(rows)
+    out = {"n": n}
+    for key in ("schema_valid", "correct", "grounded"):
+        k = sum(bool(r[key]) for r in rows)
+        lo, hi = wilson(k, n)
+        out[key] = dict(k=k, rate=k / n if n else float("nan"), ci95=[round(lo, 4), round(hi, 4)])
+    return out
+
+
+def summarize(rows: list[dict]) -> dict:
+    """Overall, per structure, per number of steps, and the two-step subset."""
+    by_s, by_n = defaultdict(list), defaultdict(list)
+    for r in rows:
+        by_s[r["structure"]].append(r)
+        by_n[r["n_steps"]].append(r)
+    return dict(overall=_rates(rows), by_structure={k: _rates(v) for k, v in sorted(by_s.items())},
+                by_steps={int(k): _rates(v) for k, v in sorted(by_n.items())},
+                two_step=_rates([r for r in rows if r["n_steps"] == 2]))
+
+
+def evaluate_model(model, tokenizer, records: list[dict], fmt: str = "tags", *, max_new_tokens: int = 160,
+                   batch_size: int = 64, progress: bool = True) -> tuple[dict, list[dict]]:
+    """Generate, score and summarize: ``(summary, rows)``."""
+    if not records:
+        raise ValueError("records is empty")
+    outs = generate(model, tokenizer, prompts_for(tokenizer, records, fmt), max_new_tokens,
+                    batch_size=batch_size, progress=progress)
+    rows = score(records, outs, fmt)
+    return summarize(rows), rows
+
+
+def table(summaries: dict[str, dict], key: str = "grounded") -> list[dict]:
+    """Rows ``{structure, <name>: rate, ...}`` across several summaries (for a before/after table)."""
+    structs = sorted({s for summ in summaries.values() for s in summ["by_structure"]})
+    rows = []
+    for s in structs + ["overall"]:
+        row = {"structure": s}
+        for name, summ in summaries.items():
+            cell = summ["overall"] if s == "overall" else summ["by_structure"].get(s)
+            row[name] = None if cell is None else round(cell[key]["rate"], 3)
+        rows.append(row)
+    return rows

@@ -1,0 +1,371 @@
+"""Supervised fine-tuning through TRL's ``SFTTrainer``, with a PEFT LoRA adapter
+(on an fp16 base or on a frozen W4A16 base of :class:`t4lib.quant.QuantLinear`
+layers) or full fine-tuning.
+
+The loss is completion-only: TRL masks the prompt tokens of a prompt/completion
+data set (labels ``-100``), so only the assistant turn is learned
+(:func:`label_mask_example` shows it on one example).
+
+LoRA on W4A16: ``QuantLinear`` has a backward pass in its input and no weight
+parameter, and PEFT maps it to its own ``lora.Linear`` through
+``LoraConfig._register_custom_module`` (PEFT's documented hook for layer types
+it does not know), so ``y = base(x) + B A x * alpha / r`` trains A and B while
+the 4-bit weight stays frozen.
+"""
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+
+# PEFT warns on every layer type it does not know, even when a custom module is registered for it.
+warnings.filterwarnings("ignore", message=r"Unsupported layer type .*QuantLinear")
+
+#: the seven projections of a Qwen2/Llama decoder layer
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+BASES = ("fp16", "w4a16", "fp32")
+METHODS = ("lora", "full")
+
+
+def load_base(model_id: str, base: str = "fp16", device=None):
+    """``(model, tokenizer)``: ``base="fp16"`` the checkpoint in fp16; ``"w4a16"`` its Linear
+    layers (lm_head excepted) quantized to W4A16 (RTN, group 128); ``"fp32"`` for full fine-tuning
+    or CPU."""
+    import torch
+
+    from ..models import load
+
+    if base not in BASES:
+        raise ValueError(f"base must be one of {BASES}, got {base!r}")
+    model, tok = load(model_id, dtype=torch.float32 if base == "fp32" else torch.float16, device=device)
+    if base == "w4a16":
+        from ..quant import quantize_model
+        quantize_model(model)
+    return model, tok
+
+
+def lora_config(model, *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
+                targets: tuple[str, ...] = PROJECTIONS):
+    """A ``peft.LoraConfig`` on ``targets``, with QuantLinear registered as a LoRA-able layer.
+
+    ValueError naming any target that matches no Linear/QuantLinear module of ``model``."""
+    from peft import LoraConfig
+    from peft.tuners.lora.layer import Linear as LoraLinear
+    from torch import nn
+
+    from ..quant.linear import QuantLinear
+
+    if not isinstance(r, int) or r < 1:
+        raise ValueError(f"r must be a positive int, got {r!r}")
+    if isinstance(targets, str) or not targets:
+        raise ValueError(f"targets must be a non-empty sequence of module names, got {targets!r}")
+    leaves = {n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, (nn.Linear, QuantLinear))}
+    missing = [t for t in targets if t not in leaves]
+    if missing:
+        raise ValueError(f"LoRA targets {missing} name no Linear/QuantLinear module of the model "
+                         f"(linear modules: {sorted(leaves)})")
+    cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets),
+                     bias="none", task_type="CAUSAL_LM")
+    cfg._register_custom_module({QuantLinear: LoraLinear})
+    return cfg
+
+
+@dataclass
+class SFTSettings:
+    """What one run trains (the TRL/Trainer arguments it maps to in :func:`sft_config`)."""
+
+    method: str = "lora"          # "lora" or "full"
+    epochs: float = 3.0
+    max_steps: int = -1           # > 0 overrides epochs
+    batch_size: int = 32
+    lr: float = 1e-3
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.0
+    max_length: int = 512
+    seed: int = 0
+    logging_steps: int = 5
+    r: int = 16
+    alpha: int = 32
+    targets: tuple = PROJECTIONS
+    extra: dict = field(default_factory=dict)   # more SFTConfig keyword arguments
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+
+
+def sft_config(s: SFTSettings, output_dir: str, device_type: str):
+    from trl import SFTConfig
+
+    cuda = device_type == "cuda"
+    return SFTConfig(
+        output_dir=output_dir, num_train_epochs=s.epochs, max_steps=s.max_steps,
+        per_device_train_batch_size=s.batch_size, learning_rate=s.lr, lr_scheduler_type="cosine",
+        warmup_steps=float(s.warmup_ratio),  # a float in [0, 1): a ratio of the steps weight_decay=s.weight_decay, max_length=s.max_length,
+        completion_only_loss=True, packing=False, gradient_checkpointing=False,
+        fp16=cuda, bf16=False, use_cpu=not cuda,   # fp16 autocast: what a T4 has
+        logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=s.seed,
+        data_seed=s.seed, dataloader_num_workers=0, **s.extra)
+
+
+@dataclass
+class SFTResult:
+    model: object                  # the trained model (PeftModel for LoRA)
+    trainer: object
+    losses: list                   # [(step, loss)] as logged by the Trainer
+    train_seconds: float
+    trainable_params: int
+    settings: dict
+
+
+def prepare(model, s: SFTSettings, tokenizer=None):
+    """Wrap ``model`` for ``s.method``: a PEFT LoRA model, or the model itself (all parameters trainable)."""
+    if s.method == "full":
+        from ..quant.linear import QuantLinear
+        if any(isinstance(m, QuantLinear) for m in model.modules()):
+            raise ValueError("method='full' needs an fp16/fp32 model: a W4A16 base has no trainable weights "
+                             "(use method='lora')")
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return model
+    from peft import get_peft_model
+    return get_peft_model(model, lora_config(model, r=s.r, alpha=s.alpha, targets=tuple(s.targets)))
+
+
+def make_trainer(model, tokenizer, dataset, s: SFTSettings, output_dir: str):
+    """An ``SFTTrainer`` for ``model`` (already :func:`prepare`-d) on a prompt/completion data set."""
+    from trl import SFTTrainer
+
+    from .data import check_prompt_completion
+
+    check_prompt_completion(dataset)
+    import torch
+    dev = next(model.parameters()).device.type
+    torch.manual_seed(s.seed)
+    keep = [c for c in dataset.column_names if c in ("prompt", "completion")]
+    return SFTTrainer(model=model, args=sft_config(s, output_dir, dev),
+                      train_dataset=dataset.select_columns(keep), processing_class=tokenizer)
+
+
+def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResult:
+    """Run SFT (progress bar from the Trainer) and return the model and its loss curve."""
+    import torch
+
+    torch.manual_seed(s.seed)
+    model = prepare(model, s, tokenizer)
+    trainer = make_trainer(model, tokenizer, dataset, s, output_dir)
+    n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    t0 = time.perf_counter()
+    trainer.train()
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    dt = time.perf_counter() - t0
+    losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    model.eval()
+    return SFTResult(model=model, trainer=trainer, losses=losses, train_seconds=dt, trainable_params=n_train,
+                     settings={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items()})
+
+
+def label_mask_example(trainer, index: int = 0) -> dict:
+    """The collated labels of one training example: ``{tokens, masked}`` where ``masked[i]``
+    says token ``i`` carries no loss (label ``-100``), and where the completion starts."""
+    ex = trainer.train_dataset[index]
+    batch = trainer.data_collator([ex])
+    ids = batch["input_ids"][0].tolist()
+    labels = batch["labels"][0].tolist()
+    tok = trainer.processing_class
+    masked = [lab == -100 for lab in labels]
+    return dict(tokens=[tok.decode([i]) for i in ids], masked=masked,
+                completion_start=masked.index(False) if False in masked else None)
+
+
+def checkpoint_dir(model_id: str) -> "Path":
+    """Where a fine-tuned copy of ``model_id`` is saved for the notebooks after it (the GRPO notebook
+    starts from it): the user cache beside the kernel libraries, not ``data/models``, whose committed
+    checkpoints have a size budget."""
+    from pathlib import Path
+
+    from .._build import cache_dir
+    return cache_dir() / "models" / f"{Path(str(model_id)).name}-sft"
+
+
+def merged_model(model):
+    """A plain HF model with the adapter folded in (fp16 LoRA), or the model itself (full FT)."""
+    if hasattr(model, "merge_and_unload"):
+        return model.merge_and_unload()
+    return model
+
+
+# ----------------------------------------------------------------------------- one experiment
+
+#: evaluation sets: name -> (source, load_eval_records keyword arguments)
+EVAL_SETS = {
+    "heldout_1_2": ("math_heldout", dict(max_steps=2)),
+    "heldout_3_4": ("math_heldout", dict(min_steps=3)),
+    "honesty_answerable": ("honesty_answerable", {}),
+}
+
+
+def evaluate_sets(model, tok, sets=tuple(EVAL_SETS), fmt="tags", n=None, batch_size=128,
+                  max_new_tokens=176, progress=True) -> dict:
+    """``{set: summary}`` of :func:`t4lib.train.evaluate.evaluate_model` on named evaluation sets."""
+    from . import evaluate as ev
+
+    out = {}
+    for name in sets:
+        if name not in EVAL_SETS:
+            raise ValueError(f"eval set must be one of {sorted(EVAL_SETS)}, got {name!r}")
+        src, kw = EVAL_SETS[name]
+        recs = ev.load_eval_records(src, n=n, **kw)
+        summ, rows = ev.evaluate_model(model, tok, recs, fmt, batch_size=batch_size, progress=progress,
+                                       max_new_tokens=max_new_tokens if fmt == "tags" else 48)
+        summ["examples"] = [dict(id=r["id"], output=r["output"], correct=r["correct"],
+                                 schema_valid=r["schema_valid"]) for r in rows[:3]]
+        out[name] = summ
+    return out
+
+
+def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings | None = None,
+        device: str | None = None, output_dir: str = "/tmp/t4lib_sft", eval_sets=tuple(EVAL_SETS),
+        eval_n: int | None = None, before: bool = False, save_to: str | None = None,
+        train_records: list[dict] | None = None, progress: bool = True) -> dict:
+    """Load ``model_id`` on ``base``, SFT it on the traces, evaluate, optionally save; a JSON-able record.
+
+    ``before``: also evaluate the untouched base (tag and plain formats). ``save_to``: the merged
+    fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer."""
+    import torch
+
+    from .data import traces_dataset
+
+    s = settings or SFTSettings()
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if s.method == "full" and base != "fp32":
+        raise ValueError(f"method='full' trains fp32 master weights: pass base='fp32', got {base!r}")
+    model, tok = load_base(model_id, base, device=device)
+    rec = dict(model=model_id, base=base, device=device, settings=None)
+    if device == "cuda":
+        rec["device_name"] = torch.cuda.get_device_name()
+    if before:
+        rec["before"] = {fmt: evaluate_sets(model, tok, eval_sets, fmt, n=eval_n, progress=progress)
+                         for fmt in ("plain", "tags")}
+    ds, report = traces_dataset(tok, train_records, max_length=s.max_length)
+    rec["data"] = report.as_dict()
+    res = train(model, tok, ds, s, output_dir)
+    rec.update(settings=res.settings, losses=res.losses, train_seconds=res.train_seconds,
+               trainable_params=res.trainable_params)
+    rec["after"] = evaluate_sets(res.model, tok, eval_sets, "tags", n=eval_n, progress=progress)
+    if save_to:
+        from ..quant.linear import QuantLinear
+        m = res.model
+        if base == "w4a16" or any(isinstance(x, QuantLinear) for x in m.modules()):
+            m.save_pretrained(save_to)          # the adapter; the base is tiny-gpu quantized by load_base
+        else:
+            m = merged_model(m).to(torch.float16)
+            m.save_pretrained(save_to)
+        tok.save_pretrained(save_to)
+        rec["saved_to"] = str(save_to)
+    return rec
+
+
+def main(argv=None):
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(description="SFT of a local model on the certified traces (TRL + PEFT)")
+    ap.add_argument("--model", default="tiny-gpu")
+    ap.add_argument("--base", default="fp16", choices=BASES)
+    ap.add_argument("--method", default="lora", choices=METHODS)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--epochs", type=float, default=3.0)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--r", type=int, default=16)
+    ap.add_argument("--before", action="store_true")
+    ap.add_argument("--eval-n", type=int, default=None)
+    ap.add_argument("--save", default=None)
+    ap.add_argument("--eval-sets", default=",".join(EVAL_SETS))
+    ap.add_argument("--eval-only", action="store_true", help="evaluate the base (plain and tag formats) only")
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
+                    alpha=2 * a.r)
+    sets = tuple(x for x in a.eval_sets.split(",") if x)
+    if a.eval_only:
+        import torch
+        model, tok = load_base(a.model, a.base, device="cuda" if torch.cuda.is_available() else "cpu")
+        rec = dict(model=a.model, base=a.base, before={fmt: evaluate_sets(model, tok, sets, fmt, n=a.eval_n)
+                                                       for fmt in ("plain", "tags")})
+        from pathlib import Path
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
+        return
+    rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
+              eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}")
+    from pathlib import Path
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
+    a_ = rec["after"].get("heldout_1_2", {}).get("overall", {})
+    print(f"{a.base}/{a.method}/seed{a.seed}: final loss {rec['losses'][-1][1]:.4f}, heldout_1_2 "
+          f"schema {a_.get('schema_valid', {}).get('rate')}, grounded {a_.get('grounded', {}).get('rate')}")
+
+
+if __name__ == "__main__":
+    main()
+
+
+def compare_curves(reference: list[list], candidate: list[list], skip: int = 0) -> dict:
+    """Loss curves of several seeds each (``[[(step, loss), ...], ...]``): is the candidate within the
+    run-to-run spread of the reference? Per logged step (after ``skip`` points): the reference band
+    [min, max] over seeds; ``frac_candidate_mean_in_band`` (fraction of steps where the candidate's
+    seed-mean lies in it), ``max_abs_mean_gap`` and ``median_band_width``."""
+    import statistics
+
+    if len(reference) < 2 or not candidate:
+        raise ValueError("compare_curves needs at least two reference seeds and one candidate seed")
+    steps = sorted(set.intersection(*[{s for s, _ in c} for c in reference + candidate]))[skip:]
+    if not steps:
+        raise ValueError("the curves share no logged step")
+    ref = [dict(c) for c in reference]
+    cand = [dict(c) for c in candidate]
+    inside, gaps, widths = 0, [], []
+    for s in steps:
+        lo, hi = min(r[s] for r in ref), max(r[s] for r in ref)
+        cm = statistics.fmean(c[s] for c in cand)
+        rm = statistics.fmean(r[s] for r in ref)
+        inside += lo <= cm <= hi
+        gaps.append(abs(cm - rm))
+        widths.append(hi - lo)
+    last = steps[-1]
+    return dict(steps=len(steps), frac_candidate_mean_in_band=inside / len(steps), max_abs_mean_gap=max(gaps),
+                median_band_width=statistics.median(widths), final_step=last,
+                final_reference=[r[last] for r in ref], final_candidate=[c[last] for c in cand])
+
+
+def sft_figures(rec: dict, name: str = "tiny-gpu", env: dict | None = None) -> list[dict]:
+    """Results figures of a :func:`run` record made with ``before=True``: after-SFT schema validity,
+    grounded pass (overall, two-step, 3-4 step, honesty answerable) and the base model's rates."""
+    from .. import results
+
+    src = "t4lib.train.sft"
+    figs = []
+
+    def add(fig_name, cell, note):
+        figs.append(results.figure(fig_name, cell["rate"], "fraction", "MEASURED", src, env=env, k=cell["k"],
+                                   ci95=cell["ci95"], note=note))
+
+    after, before = rec["after"], rec.get("before", {})
+    h = after["heldout_1_2"]
+    add(f"sft/{name}/schema_valid", h["overall"]["schema_valid"], f"after SFT, 1-2 step held-out, n={h['overall']['n']}")
+    add(f"sft/{name}/grounded_pass", h["overall"]["grounded"], f"after SFT, 1-2 step held-out, n={h['overall']['n']}")
+    add(f"sft/{name}/grounded_pass_two_step", h["two_step"]["grounded"], f"after SFT, n={h['two_step']['n']}")
+    if "heldout_3_4" in after:
+        add(f"sft/{name}/grounded_pass_3_4_steps", after["heldout_3_4"]["overall"]["grounded"], "after SFT")
+    if "honesty_answerable" in after:
+        add(f"sft/{name}/honesty_answerable/grounded_pass", after["honesty_answerable"]["overall"]["grounded"],
+            "after SFT, answerable half of honesty_eval")
+    if before:
+        add(f"sft/{name}/base/grounded_pass", before["tags"]["heldout_1_2"]["overall"]["grounded"],
+            "base model, tag format (chat template), 1-2 step held-out")
+        add(f"sft/{name}/base/plain_exact_match", before["plain"]["heldout_1_2"]["overall"]["correct"],
+            "base model, its own plain format, 1-2 step held-out")
+    return figs
