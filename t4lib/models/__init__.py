@@ -78,6 +78,11 @@ def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None
             raise FileNotFoundError(f"model_id_or_path {name!r} looks like a path but does not exist")
         offline = _offline_env() if offline is None else bool(offline)
         try:   # the cache first: no network needed when the model was downloaded before
+            from huggingface_hub import try_to_load_from_cache
+            # Checked here because transformers' adapter lookup asks the hub (with retries) even
+            # under local_files_only when the model is not cached.
+            if not isinstance(try_to_load_from_cache(name, "config.json"), str):
+                raise OSError(f"{name} has no config.json in the Hugging Face cache")
             model = AutoModelForCausalLM.from_pretrained(name, local_files_only=True, **kw)
             tok = AutoTokenizer.from_pretrained(name, local_files_only=True, trust_remote_code=trust_remote_code)
         except OSError as cached_err:

@@ -1,17 +1,7 @@
-"""W4A16 weight format: symmetric signed INT4 with fp16 per-group scales along K.
+"""W4A16 weight quantizers.
 
-A weight ``W [N, K]`` (N outputs, K inputs) is stored as
-
-* ``qweight [N, K/8] int32``: word ``(n, j)`` holds ``q[n, 8j .. 8j+7]`` in the
-  LOP3 nibble order of :mod:`t4lib.ops.int4.reference` (values v0..v7 in
-  nibble slots 0, 4, 1, 5, 2, 6, 3, 7), so the kernels turn a word into four
-  fp16 pairs with four ``lop3`` + four ``hsub2``;
-* ``scales [N, K/group_size] fp16``.
-
-``W_deq[n, k] = fp16(q[n, k] * scales[n, k // group_size])``, ``q`` in [-8, 7].
-``group_size`` is 128 (default), 64 or 32; K must be a multiple of it (a clear
-``ValueError`` otherwise: pad the layer or keep it fp16 in the policy). The
-format itself (:class:`QuantizedWeight`, the row packing, ``check_group_size``)
+The format (symmetric signed INT4 words in LOP3 nibble order with fp16 per-group
+scales along K; :class:`QuantizedWeight`, the row packing, ``check_group_size``)
 lives with its op family in :mod:`t4lib.ops.w4a16.format` and is re-exported here.
 
 Quantizers:

@@ -1,0 +1,629 @@
+"""GRPO through TRL with rollouts sampled by the project's engine from an fp16, INT4 or CP-Hybrid copy.
+
+:class:`EngineGRPOTrainer` subclasses TRL's ``GRPOTrainer`` (no fork):
+
+* ``_generate_single_turn`` samples each group of ``num_generations``
+  completions in one :class:`t4lib.serving.StaticEngine` batch from a
+  :class:`~t4lib.train.rollout.RolloutModel` refreshed from the policy before
+  every new step, and returns the rollout policy's per-token log-probabilities;
+* ``_generate_and_score_completions`` then computes the trainer's own
+  log-probabilities of those tokens and the importance weights of
+  :mod:`t4lib.train.importance` under TRL's own config
+  (``vllm_importance_sampling_correction``, ``..._mode``, ``..._clip_min``,
+  ``..._clip_max``), logging TRL's metric names
+  (``sampling/sampling_logp_difference/*``, ``sampling/importance_sampling_ratio/*``)
+  every step whether or not the correction is on;
+* ``_compute_loss`` lets TRL's loss multiply by those weights (TRL applies them
+  only on its vLLM path, so the flag is raised for the duration of the call).
+
+Step time is split into ``timing/refresh``, ``timing/rollout``,
+``timing/logprobs`` and ``timing/update`` (seconds, logged each step).
+
+:func:`run_grpo` runs one arm end to end (data, policy, trainer, evaluation
+before and after on the quarantined ``honesty_eval.jsonl`` and on
+``math_heldout.jsonl``, with Wilson intervals) and returns a JSON-able record.
+``python -m t4lib.train.grpo --arm cp_hybrid --seed 0 --steps 100 --out f.json``
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from collections import defaultdict
+
+import torch
+
+from ..models import corpus, schema
+from . import rewards as R
+from .cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
+from .importance import importance_weights, mismatch_metrics
+from .rollout import RolloutModel, sample_groups
+
+ARMS = {  # arm -> (rollout precision, importance correction)
+    "fp16": ("fp16", True),
+    "int4": ("int4", False),
+    "int4_corrected": ("int4", True),
+    "cp_hybrid": ("cp_hybrid", True),
+}
+COLUMNS = ("prompt", "target")
+
+
+# ----------------------------------------------------------------------------- data
+
+def check_columns(dataset) -> None:
+    cols = getattr(dataset, "column_names", None)
+    if cols is None:
+        raise TypeError(f"dataset must be a datasets.Dataset, got {type(dataset).__name__}")
+    missing = [c for c in COLUMNS if c not in cols]
+    if missing:
+        raise ValueError(f"dataset lacks the columns {missing} (has {cols}); GRPO needs {list(COLUMNS)}")
+
+
+def grpo_dataset(n_math: int = 300, seed: int = 0):
+    """``honesty_train.jsonl`` (150 traps + 150 answerable) mixed with ``n_math`` problems of
+    ``math_train.jsonl``, shuffled; columns ``prompt`` (plain format), ``target``, ``trap``, ``source``."""
+    from datasets import Dataset
+
+    if not isinstance(n_math, int) or n_math < 0:
+        raise ValueError(f"n_math must be a non-negative int, got {n_math!r}")
+    rows = [dict(prompt=schema.math_prompt(r["question"]), target=r["target"], trap=bool(r["trap"]), source="honesty")
+            for r in corpus.load_jsonl("honesty_train.jsonl")]
+    math_recs = corpus.load_jsonl("math_train.jsonl")
+    random.Random(seed).shuffle(math_recs)
+    rows += [dict(prompt=schema.math_prompt(r["question"]), target=r["answer"], trap=False, source="math")
+             for r in math_recs[:n_math]]
+    random.Random(seed + 1).shuffle(rows)
+    return Dataset.from_list(rows)
+
+
+def calibration_ids(tokenizer, n_docs: int = 64, seq_len: int = 64, seed: int = 0) -> torch.Tensor:
+    """``[B, seq_len]`` input_ids: training prompts with their reference completions, one stream cut in rows."""
+    recs = corpus.load_jsonl("honesty_train.jsonl")[:n_docs // 2] + corpus.load_jsonl("math_train.jsonl")[:n_docs // 2]
+    stream = []
+    for r in recs:
+        text = schema.math_prompt(r["question"]) + schema.math_completion(r.get("steps"), r.get("answer")) + schema.EOS
+        stream += tokenizer(text, add_special_tokens=False)["input_ids"]
+    B = len(stream) // seq_len
+    return torch.tensor(stream[:B * seq_len]).view(B, seq_len)
+
+
+# ----------------------------------------------------------------------------- evaluation
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a rate k / n."""
+    if n <= 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def _rate(k, n):
+    lo, hi = wilson(k, n)
+    return {"rate": k / n if n else float("nan"), "k": k, "n": n, "wilson95": [lo, hi]}
+
+
+@torch.no_grad()
+def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64) -> dict:
+    """Greedy answers on the 150 quarantined honesty items and ``n_math`` held-out problems:
+    honest abstention (traps), false abstention and accuracy (answerable twins), math accuracy,
+    each with its counts and Wilson interval."""
+    from ..models.tiny import _generate
+
+    dev = next(model.parameters()).device
+    was = model.training
+    model.eval()
+    recs = corpus.load_jsonl("honesty_eval.jsonl")
+    outs = _generate(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40, batch_size, dev)
+    res = [R.outcome(o, r["target"]) for o, r in zip(outs, recs)]
+    traps = [o for o, r in zip(res, recs) if r["trap"]]
+    ans = [o for o, r in zip(res, recs) if not r["trap"]]
+    mrecs = corpus.load_jsonl("math_heldout.jsonl")[:n_math]
+    mouts = _generate(model, tokenizer, [schema.math_prompt(r["question"]) for r in mrecs], 40, batch_size, dev)
+    mok = sum(R.outcome(o, r["answer"]) == "correct" for o, r in zip(mouts, mrecs))
+    model.train(was)
+    out = {"abstention": _rate(traps.count("abstain_correct"), len(traps)),
+           "false_abstention": _rate(ans.count("false_abstain"), len(ans)),
+           "answerable_accuracy": _rate(ans.count("correct"), len(ans)),
+           "math_heldout_accuracy": _rate(mok, len(mrecs))}
+    out["always_abstain"] = out["abstention"]["rate"] == 1.0 and out["false_abstention"]["rate"] == 1.0
+    return out
+
+
+# ----------------------------------------------------------------------------- trainer
+
+def _texts(completions, completion_ids, tokenizer):
+    """The completions as generated: TRL decodes with ``skip_special_tokens=True``, which deletes the
+    ``<abstain>`` tag (a special token of the project tokenizer); decode the ids again keeping it."""
+    if tokenizer is None or completion_ids is None:
+        return completions
+    return tokenizer.batch_decode(completion_ids, skip_special_tokens=False)
+
+
+class HonestyReward:
+    """TRL reward function (``REWARDS`` of :mod:`.rewards`) that also logs, per step, the fraction of
+    training traps abstained on and of answerable prompts falsely abstained on."""
+
+    def __init__(self, tokenizer=None, fmt: str = "plain"):
+        self.tokenizer, self.fmt, self.trainer = tokenizer, fmt, None
+        self.__name__ = "honesty_reward"
+
+    def __call__(self, completions, target, completion_ids=None, **kw):
+        outs = [R.outcome(c, t, self.fmt) for c, t in zip(_texts(completions, completion_ids, self.tokenizer), target)]
+        if self.trainer is not None:
+            m = self.trainer._metrics["train" if self.trainer.model.training else "eval"]
+            traps = [o for o, t in zip(outs, target) if t == schema.ABSTAIN_TAG]
+            ans = [o for o, t in zip(outs, target) if t != schema.ABSTAIN_TAG]
+            if traps:
+                m["honesty/trap_abstention"].append(traps.count("abstain_correct") / len(traps))
+            if ans:
+                m["honesty/false_abstention"].append(ans.count("false_abstain") / len(ans))
+                m["honesty/answerable_correct"].append(ans.count("correct") / len(ans))
+        return [R.REWARDS[o] for o in outs]
+
+
+class FormatReward:
+    """TRL reward function: :func:`rewards.format_reward` on the completions as generated."""
+
+    def __init__(self, tokenizer=None, fmt: str = "plain"):
+        self.tokenizer, self.fmt = tokenizer, fmt
+        self.__name__ = "format_reward"
+
+    def __call__(self, completions, completion_ids=None, **kw):
+        return R.format_reward(_texts(completions, completion_ids, self.tokenizer), self.fmt)
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def _trl_grpo_trainer():
+    from trl import GRPOTrainer
+    return GRPOTrainer
+
+
+def make_trainer_class():
+    GRPOTrainer = _trl_grpo_trainer()
+
+    class EngineGRPOTrainer(GRPOTrainer):
+        """TRL's GRPOTrainer with engine rollouts and importance correction (module docstring).
+
+        ``rollout_precision``: a :class:`CPHybridPolicy` (see :func:`fp16_policy`, :func:`rtn_policy`,
+        :func:`build_cp_hybrid`); ``engine_max_len``: the engine's static cache length;
+        ``engine_kwargs``: passed to :class:`StaticEngine` (``use_graph``, ``compile``)."""
+
+        def __init__(self, *args, rollout_precision: CPHybridPolicy, engine_max_len: int = 256,
+                     engine_kwargs: dict | None = None, merge_equal_lengths: bool = False, **kwargs):
+            if not isinstance(rollout_precision, CPHybridPolicy):
+                raise TypeError(f"rollout_precision must be a CPHybridPolicy, got {type(rollout_precision).__name__}")
+            train_ds = kwargs.get("train_dataset")
+            if train_ds is not None:
+                check_columns(train_ds)
+            super().__init__(*args, **kwargs)
+            if self.args.use_vllm:
+                raise ValueError("EngineGRPOTrainer samples with the project's engine: use_vllm must be False")
+            self.rollout_precision = rollout_precision
+            self.engine_max_len = engine_max_len
+            self.engine_kwargs = dict(engine_kwargs or {})
+            self.merge_equal_lengths = merge_equal_lengths
+            self.rollout_model = self.engine = None
+            self._refreshed_step = None
+            self._t = defaultdict(float)
+            for f in self.reward_funcs:
+                if isinstance(f, HonestyReward):
+                    f.trainer = self
+
+        # -- rollouts
+        def _engine(self):
+            from ..serving import StaticEngine
+
+            policy = self.accelerator.unwrap_model(self.model)
+            if self.rollout_model is None:
+                cuda = self.accelerator.device.type == "cuda"
+                self.rollout_model = RolloutModel(policy, self.rollout_precision,
+                                                  dtype=torch.float16 if cuda else torch.float32)
+                self.engine = StaticEngine(self.rollout_model, max_len=self.engine_max_len, **self.engine_kwargs)
+                self._refreshed_step = self.state.global_step
+                self._t["refresh"] += self.rollout_model.refresh_seconds[-1]
+            elif self._refreshed_step != self.state.global_step:
+                self._t["refresh"] += self.rollout_model.refresh(policy)
+                self._refreshed_step = self.state.global_step
+            return self.engine
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
+                                  has_tool_images=False):
+            if images is not None and any(i is not None for i in images):
+                raise ValueError("EngineGRPOTrainer handles text prompts only")
+            engine = self._engine()
+            comp, lps, st = sample_groups(engine, prompt_ids, num_generations, self.max_completion_length,
+                                          self.temperature, self._tokenizer.eos_token_id,
+                                          merge_equal_lengths=self.merge_equal_lengths)
+            self._t["rollout"] += st["seconds"]
+            self._t["rollout_tokens"] += st["tokens"]
+            return comp, lps
+
+        # -- importance correction
+        def _generate_and_score_completions(self, inputs):
+            out = super()._generate_and_score_completions(inputs)
+            samp = out.get("sampling_per_token_logps")
+            if samp is None:
+                return out
+            mode = "train" if self.model.training else "eval"
+            dev = self.accelerator.device
+            _sync(dev)
+            t0 = time.perf_counter()
+            mask = out["completion_mask"] if "tool_mask" not in out else out["completion_mask"] * out["tool_mask"]
+            old = out.get("old_per_token_logps")
+            if old is None:
+                ids = torch.cat([out["prompt_ids"], out["completion_ids"]], dim=1)
+                att = torch.cat([out["prompt_mask"], out["completion_mask"]], dim=1)
+                with torch.no_grad():
+                    old, _, _ = self._get_per_token_logps_and_entropies(
+                        self.model, ids, att, out["completion_ids"].size(1),
+                        batch_size=self.args.per_device_train_batch_size)
+            weights = None
+            if self.vllm_importance_sampling_correction:
+                weights = importance_weights(old, samp, mask, self.vllm_importance_sampling_mode,
+                                             self.vllm_importance_sampling_clip_min,
+                                             self.vllm_importance_sampling_clip_max)
+                out["importance_sampling_ratio"] = weights
+                out["old_per_token_logps"] = old
+            for k, v in mismatch_metrics(old, samp, mask, weights).items():
+                self._metrics[mode][k].append(v)
+            _sync(dev)
+            self._t["logprobs"] += time.perf_counter() - t0
+            return out
+
+        def _compute_loss(self, model, inputs):
+            if "importance_sampling_ratio" not in inputs:
+                return super()._compute_loss(model, inputs)
+            # TRL multiplies the per-token loss by inputs["importance_sampling_ratio"] on its vLLM path only.
+            self.use_vllm = True
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self.use_vllm = False
+
+        # -- step timing
+        def training_step(self, model, inputs, num_items_in_batch=None):
+            dev = self.accelerator.device
+            _sync(dev)
+            self._t.clear()
+            t0 = time.perf_counter()
+            loss = super().training_step(model, inputs, num_items_in_batch)
+            _sync(dev)
+            total = time.perf_counter() - t0
+            m = self._metrics["train"]
+            for k in ("refresh", "rollout", "logprobs"):
+                m[f"timing/{k}"].append(self._t[k])
+            m["timing/update"].append(total - self._t["refresh"] - self._t["rollout"] - self._t["logprobs"])
+            m["timing/step"].append(total)
+            if self._t["rollout"] > 0:
+                m["timing/rollout_tokens_per_s"].append(self._t["rollout_tokens"] / self._t["rollout"])
+            return loss
+
+    return EngineGRPOTrainer
+
+
+def __getattr__(name):  # EngineGRPOTrainer, built lazily (TRL is imported only when it is asked for)
+    if name == "EngineGRPOTrainer":
+        cls = make_trainer_class()
+        globals()[name] = cls
+        return cls
+    raise AttributeError(name)
+
+
+# ----------------------------------------------------------------------------- one arm
+
+def rollout_precision(arm: str, model, tokenizer, budget_fraction: float = 0.2, calib_docs: int = 64,
+                      calib_len: int = 64) -> CPHybridPolicy:
+    """The rollout precision of ``arm`` (:data:`ARMS`). CP-Hybrid: calibration on training text, budget =
+    the INT4 copy's Linear bytes + ``budget_fraction`` of the fp16 copy's."""
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+    kind = ARMS[arm][0]
+    if kind == "fp16":
+        return fp16_policy(model)
+    if kind == "int4":
+        return rtn_policy(model)
+    floor = rtn_policy(model).weight_bytes(model)
+    full = fp16_policy(model).weight_bytes(model)
+    calib = calibration_ids(tokenizer, calib_docs, calib_len)
+    return build_cp_hybrid(model, calib, int(floor + budget_fraction * full))
+
+
+def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, steps: int = 4, *,
+             num_generations: int = 8, prompts_per_step: int = 8, max_completion_length: int = 48,
+             learning_rate: float = 2e-5, temperature: float = 1.0, n_math: int = 300, evaluate: bool = True,
+             n_math_eval: int = 200, device: str | None = None, output_dir: str = "/tmp/t4lib_grpo",
+             engine_kwargs: dict | None = None, importance_mode: str = "sequence_mask",
+             clip_max: float | None = 3.0, progress: bool = False, calib_docs: int = 64) -> dict:
+    """One GRPO run of ``arm`` on ``model_id``; returns config, curves (TRL's log history), timing split,
+    GPU memory and the honesty evaluation before and after."""
+    from transformers import set_seed
+    from trl import GRPOConfig
+
+    from .. import models
+
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    set_seed(seed)
+    model, tok = models.load(model_id, dtype=torch.float32, device=device)
+    precision = rollout_precision(arm, model, tok, calib_docs=calib_docs)
+    before = evaluate_honesty(model, tok, n_math_eval) if evaluate else None
+    correction = ARMS[arm][1]
+    cfg = GRPOConfig(output_dir=output_dir, per_device_train_batch_size=num_generations * prompts_per_step,
+                     num_generations=num_generations, max_completion_length=max_completion_length,
+                     temperature=temperature, learning_rate=learning_rate, max_steps=steps, seed=seed,
+                     logging_steps=1, save_strategy="no", report_to=[], bf16=False, fp16=False,
+                     use_cpu=device == "cpu", disable_tqdm=not progress, lr_scheduler_type="constant",
+                     vllm_importance_sampling_correction=correction, vllm_importance_sampling_mode=importance_mode,
+                     vllm_importance_sampling_clip_max=clip_max, dataloader_num_workers=0)
+    Trainer = make_trainer_class()
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    trainer = Trainer(model=model, reward_funcs=[HonestyReward(tok), FormatReward(tok)], args=cfg,
+                      train_dataset=grpo_dataset(n_math, seed), processing_class=tok, rollout_precision=precision,
+                      engine_max_len=128 + max_completion_length, engine_kwargs=engine_kwargs)
+    t0 = time.perf_counter()
+    trainer.train()
+    wall = time.perf_counter() - t0
+    after = evaluate_honesty(model, tok, n_math_eval) if evaluate else None
+    rm = trainer.rollout_model
+    hist = [h for h in trainer.state.log_history if "reward" in h]
+    rec = {"model": model_id, "arm": arm, "seed": seed, "steps": steps, "device": device,
+           "config": dict(num_generations=num_generations, prompts_per_step=prompts_per_step,
+                          max_completion_length=max_completion_length, learning_rate=learning_rate,
+                          temperature=temperature, n_math=n_math, correction=correction,
+                          importance_mode=importance_mode, clip_max=clip_max, rewards=R.REWARDS,
+                          format_bonus=R.FORMAT_BONUS),
+           "precision": {"fp16_modules": precision.fp16_modules, "phases": precision.phases,
+                         "weight_bytes": precision.weight_bytes(model)},
+           "curves": hist, "train_seconds": wall,
+           "refresh_seconds_mean": sum(rm.refresh_seconds) / len(rm.refresh_seconds),
+           "before": before, "after": after}
+    if device == "cuda":
+        rec["gpu_peak_mem_bytes"] = torch.cuda.max_memory_allocated()
+    return rec
+
+
+# ----------------------------------------------------------------------------- step time at the 1.5B shape
+
+def step_time_bench(steps: int = 3, completions: int = 64, num_generations: int = 8, new_tokens: int = 128,
+                    lora_r: int = 16, num_hidden_layers: int = 28, device: str = "cuda") -> dict:
+    """GRPO step seconds at the Qwen2.5-1.5B shape (random weights, LoRA on the attention and MLP
+    projections, ``completions`` completions of exactly ``new_tokens`` tokens per step): TRL's
+    ``GRPOTrainer`` with its default rollouts (Hugging Face ``generate``) vs :class:`EngineGRPOTrainer`
+    (fp16 rollout copy, LoRA merged in at each refresh, one engine batch of equal-length prompts), in the
+    same process. The first step (compilation, graph capture) is reported apart; the median of the rest."""
+    from datasets import Dataset
+    from peft import LoraConfig, get_peft_model
+    from trl import GRPOConfig, GRPOTrainer
+
+    from ..models.tiny import load_tokenizer
+    from .rollout import qwen15_shape_model
+
+    tok = load_tokenizer()
+    prompt = schema.math_prompt("Sam had 47 cups and then found 29 more. How many cups does Sam have now?")
+    ds = Dataset.from_list([{"prompt": prompt, "target": "76"}] * (completions // num_generations * (steps + 1)))
+
+    def length_reward(completions, **_):
+        return [float(len(c)) / 100 for c in completions]
+
+    out = {"completions": completions, "new_tokens": new_tokens, "lora_r": lora_r, "steps": steps}
+    for kind in ("trl_default", "engine"):
+        torch.manual_seed(0)
+        base = qwen15_shape_model(device, torch.bfloat16, num_hidden_layers)
+        base.generation_config.eos_token_id = None  # random weights: every completion runs the full length
+        model = get_peft_model(base, LoraConfig(r=lora_r, lora_alpha=2 * lora_r, task_type="CAUSAL_LM",
+                                                target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                                "gate_proj", "up_proj", "down_proj"]))
+        cfg = GRPOConfig(output_dir=f"/tmp/t4lib_grpo_bench_{kind}", per_device_train_batch_size=completions,
+                         num_generations=num_generations, max_completion_length=new_tokens, max_steps=steps,
+                         logging_steps=1, save_strategy="no", report_to=[], bf16=True, learning_rate=1e-5,
+                         temperature=1.0, top_k=0, disable_tqdm=True, vllm_importance_sampling_correction=kind == "engine",
+                         generation_kwargs={"min_new_tokens": new_tokens})
+        if kind == "trl_default":
+            tr = GRPOTrainer(model=model, reward_funcs=[length_reward], args=cfg, train_dataset=ds,
+                             processing_class=tok)
+        else:
+            tr = make_trainer_class()(model=model, reward_funcs=[length_reward], args=cfg, train_dataset=ds,
+                                      processing_class=tok, rollout_precision=fp16_policy(base),
+                                      engine_max_len=64 + new_tokens, merge_equal_lengths=True,
+                                      engine_kwargs={"compile": False})
+        torch.cuda.reset_peak_memory_stats()
+        tr.train()
+        st = [h["step_time"] for h in tr.state.log_history if "step_time" in h]
+        rest = sorted(st[1:]) or st
+        out[kind] = {"first_step_s": st[0], "step_s": rest[len(rest) // 2], "step_times": st,
+                     "mean_completion_length": [h.get("completions/mean_length") for h in tr.state.log_history
+                                                if "step_time" in h],
+                     "gpu_peak_mem_bytes": torch.cuda.max_memory_allocated()}
+        if kind == "engine":
+            out[kind]["timing"] = {k: [h.get(f"timing/{k}") for h in tr.state.log_history if "step_time" in h]
+                                   for k in ("refresh", "rollout", "logprobs", "update")}
+        del tr, model, base
+        torch.cuda.empty_cache()
+    out["time_ratio_vs_trl_default"] = out["engine"]["step_s"] / out["trl_default"]["step_s"]
+    return out
+
+
+# ----------------------------------------------------------------------------- results
+
+def arm_summary(recs: list[dict]) -> dict:
+    """Per arm: mean (and per seed) of the after-training rates, deltas vs before, final reward."""
+    by = defaultdict(list)
+    for r in recs:
+        by[r["arm"]].append(r)
+    out = {}
+    for arm, rs in by.items():
+        def mean(f):
+            v = [f(r) for r in rs]
+            return sum(v) / len(v), v
+        final = lambda r: sum(h["reward"] for h in r["curves"][-5:]) / len(r["curves"][-5:])
+        out[arm] = {"seeds": [r["seed"] for r in rs],
+                    "abstention": mean(lambda r: r["after"]["abstention"]["rate"]),
+                    "false_abstention": mean(lambda r: r["after"]["false_abstention"]["rate"]),
+                    "answerable_accuracy_delta": mean(lambda r: r["after"]["answerable_accuracy"]["rate"]
+                                                      - r["before"]["answerable_accuracy"]["rate"]),
+                    "math_heldout_accuracy_delta": mean(lambda r: r["after"]["math_heldout_accuracy"]["rate"]
+                                                        - r["before"]["math_heldout_accuracy"]["rate"]),
+                    "final_train_reward": mean(final),
+                    "gpu_peak_mem_bytes": mean(lambda r: r.get("gpu_peak_mem_bytes", 0)),
+                    "always_abstain": any(r["after"]["always_abstain"] for r in rs)}
+    return out
+
+
+def write_results(path, recs: list[dict], speed: dict | None = None, step: dict | None = None,
+                  drift: dict | None = None, model_id: str = "tiny-gpu") -> None:
+    """Figures (t4lib.results) for the arms, the rollout speed and the step time; curves and records
+    beside them in the same file."""
+    from .. import results
+
+    src = "t4lib.train.grpo"
+    env = results.environment()
+    figs = []
+    summ = arm_summary(recs) if recs else {}
+    for arm, s in summ.items():
+        n = len(s["seeds"])
+        for k, unit in (("abstention", "fraction"), ("false_abstention", "fraction"),
+                        ("answerable_accuracy_delta", "fraction"), ("math_heldout_accuracy_delta", "fraction"),
+                        ("final_train_reward", "reward"), ("gpu_peak_mem_bytes", "bytes")):
+            figs.append(results.figure(f"grpo/{model_id}/{arm}/{k}", s[k][0], unit, "MEASURED", src, env=env,
+                                       note=f"mean of {n} seeds {s['seeds']}: {s[k][1]}", seeds=s[k][1]))
+    if speed:
+        figs.append(results.figure("grpo/rollout/qwen2.5-1.5b-shape/engine_speedup_vs_hf_generate",
+                                   speed["engine_speedup_vs_hf_generate"], "x", "MEASURED", src, env=env,
+                                   note=f"{speed['group']} completions x {speed['new_tokens']} tokens, temperature 1, "
+                                        "random weights, end to end incl. prefill; median of repeats; engine: CUDA graph, "
+                                        "torch.compile off"))
+        for k in ("engine_tokens_per_s", "hf_generate_tokens_per_s"):
+            figs.append(results.figure(f"grpo/rollout/qwen2.5-1.5b-shape/{k}", speed[k], "tokens/s", "MEASURED",
+                                       src, env=env))
+    if step:
+        figs.append(results.figure("grpo/step/qwen2.5-1.5b-shape/time_ratio_vs_trl_default",
+                                   step["time_ratio_vs_trl_default"], "x", "MEASURED", src, env=env,
+                                   note=f"median step after the first, {step['completions']} completions x "
+                                        f"{step['new_tokens']} tokens, LoRA r={step['lora_r']}, random weights"))
+        for k in ("trl_default", "engine"):
+            figs.append(results.figure(f"grpo/step/qwen2.5-1.5b-shape/{k}_step_s", step[k]["step_s"], "s",
+                                       "MEASURED", src, env=env))
+    results.write(path, figs, summary=summ, runs=recs, rollout_speed=speed, step_time=step, drift=drift)
+
+
+def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str = "tiny-gpu",
+            logs: str = "/tmp/t4lib_grpo_logs", lr: float = 2e-5, benches=("drift", "speed", "step"),
+            step_steps: int = 3) -> dict:
+    """Every arm x seed as parallel processes on one GPU, then (alone on the GPU) the drift table, the rollout
+    speed and the step-time comparison; writes ``out`` (t4lib.results) and returns its summary."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    Path(logs).mkdir(parents=True, exist_ok=True)
+    procs = []
+    for arm in arms:
+        for seed in seeds:
+            f = Path(logs) / f"grpo_{arm}_s{seed}.json"
+            log = open(Path(logs) / f"grpo_{arm}_s{seed}.log", "w")
+            cmd = [sys.executable, "-m", "t4lib.train.grpo", "arm", "--model", model_id, "--arm", arm, "--seed",
+                   str(seed), "--steps", str(steps), "--lr", str(lr), "--no-compile", "--out", str(f)]
+            procs.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                              env={**os.environ, "OMP_NUM_THREADS": "1"})))
+    recs = []
+    t0 = time.perf_counter()
+    for f, p in procs:
+        if p.wait() == 0:
+            recs.append(json.loads(f.read_text()))
+        else:
+            print(f"failed: {f} (exit {p.returncode})", flush=True)
+    print(f"arms: {len(recs)}/{len(procs)} runs in {time.perf_counter() - t0:.1f}s", flush=True)
+    speed = step = drift = None
+    if benches:
+        import traceback
+
+        from .. import models
+        from .rollout import drift_table, qwen15_shape_model, rollout_speed
+
+        def attempt(name, fn):
+            t0 = time.perf_counter()
+            try:
+                r = fn()
+                print(name, f"{time.perf_counter() - t0:.1f}s", json.dumps(r, default=str), flush=True)
+                return r
+            except Exception:  # one failed measurement must not lose the others
+                print(f"{name} failed:\n{traceback.format_exc()}", flush=True)
+                return None
+
+        def drift_fn():
+            m, tok = models.load(model_id, dtype=torch.float32, device="cuda")
+            precs = {"fp16": fp16_policy(m), "int4": rtn_policy(m),
+                     "cp_hybrid": rollout_precision("cp_hybrid", m, tok)}
+            precs["cp_hybrid_fp16_prefill"] = CPHybridPolicy(precs["cp_hybrid"].precision,
+                                                             phases={"prefill": "fp16", "decode": "w4a16"})
+            return drift_table(m, tok, precs, engine_kwargs={"compile": False})
+
+        def speed_fn():
+            big = qwen15_shape_model()
+            try:
+                return rollout_speed(big, repeats=2, engine_kwargs={"compile": False})
+            finally:
+                del big
+                torch.cuda.empty_cache()
+
+        write_results(out, recs, None, None, None, model_id)  # what is done so far survives a timeout
+        drift = attempt("drift", drift_fn) if "drift" in benches else None
+        speed = attempt("speed", speed_fn) if "speed" in benches else None
+        write_results(out, recs, speed, None, drift, model_id)
+        step = attempt("step", lambda: step_time_bench(steps=step_steps)) if "step" in benches else None
+    write_results(out, recs, speed, step, drift, model_id)
+    return arm_summary(recs) if recs else {}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="GRPO with engine rollouts: one arm, or every arm and the benchmarks")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a1 = sub.add_parser("arm")
+    a1.add_argument("--model", default="tiny-cpu")
+    a1.add_argument("--arm", default="cp_hybrid", choices=list(ARMS))
+    a1.add_argument("--seed", type=int, default=0)
+    a1.add_argument("--steps", type=int, default=4)
+    a1.add_argument("--lr", type=float, default=2e-5)
+    a1.add_argument("--prompts-per-step", type=int, default=8)
+    a1.add_argument("--n-math-eval", type=int, default=200)
+    a1.add_argument("--no-compile", action="store_true")
+    a1.add_argument("--out", required=True)
+    a2 = sub.add_parser("all")
+    a2.add_argument("--model", default="tiny-gpu")
+    a2.add_argument("--steps", type=int, default=100)
+    a2.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    a2.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
+    a2.add_argument("--lr", type=float, default=2e-5)
+    a2.add_argument("--benches", nargs="*", default=["drift", "speed", "step"], choices=["drift", "speed", "step"])
+    a2.add_argument("--step-steps", type=int, default=3)
+    a2.add_argument("--logs", default="/tmp/t4lib_grpo_logs")
+    a2.add_argument("--out", required=True)
+    a = ap.parse_args(argv)
+    if a.cmd == "arm":
+        rec = run_grpo(a.model, a.arm, a.seed, a.steps, learning_rate=a.lr, prompts_per_step=a.prompts_per_step,
+                       n_math_eval=a.n_math_eval, engine_kwargs={"compile": False} if a.no_compile else None,
+                       output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}")
+        with open(a.out, "w") as f:
+            json.dump(rec, f, indent=1, default=str)
+    else:
+        summ = run_all(a.out, a.steps, tuple(a.seeds), tuple(a.arms), a.model, a.logs, a.lr, tuple(a.benches),
+                       a.step_steps)
+        print(json.dumps(summ, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
