@@ -10,6 +10,9 @@ of the GPU tests collected and their outcomes, and the device. ``check_ledger``
 (a CI test) accepts an entry only when it verifies the current sources with no
 failure or error, over the current ``-m gpu`` collection, with every kernel
 family tested and the KATs passed, on a device it names (``ACCEPTED_DEVICES``).
+An entry written before the collection was recorded is judged, while no newer one exists,
+only for the narrower scope it hashed (kernels, build recipe, bindings), and the verdict
+names everything it does not cover.
 """
 from __future__ import annotations
 
@@ -65,8 +68,21 @@ def ledger_sources() -> list[Path]:
     return sorted({p for p in files if p.is_file()})
 
 
-def source_hashes() -> dict[str, str]:
-    return {str(p.relative_to(REPO)): hashlib.sha256(p.read_bytes()).hexdigest() for p in ledger_sources()}
+def legacy_sources() -> list[Path]:
+    """The narrower scope of entries written before the GPU test collection was recorded: the
+    kernels, the build recipe and the ctypes bindings (not the op modules, packing or tests)."""
+    files = sorted((REPO / "kernels").rglob("*.cu")) + sorted((REPO / "kernels").rglob("*.cuh"))
+    return files + [REPO / "t4lib" / "_build.py"] + sorted((REPO / "t4lib").rglob("binding.py"))
+
+
+def source_hashes(files: list[Path] | None = None) -> dict[str, str]:
+    return {str(p.relative_to(REPO)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in (ledger_sources() if files is None else files)}
+
+
+def is_legacy(entry: dict) -> bool:
+    """An entry that recorded no GPU test collection: it can vouch only for :func:`legacy_sources`."""
+    return "collected" not in (entry.get("gpu_tests") or {})
 
 
 def combined_hash(hashes: dict[str, str]) -> str:
@@ -314,14 +330,17 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int) -> dic
     return entry
 
 
-def entry_problems(entry: dict, hashes: dict[str, str] | None = None) -> list[str]:
+def entry_problems(entry: dict, hashes: dict[str, str] | None = None, legacy: bool = False) -> list[str]:
     """What keeps one ledger entry from verifying the current sources (empty: it does).
 
     Everything is re-derived from what the entry recorded rather than trusted from its own
-    summary: the per-file hashes, each test's outcome, the per-family passes, the KAT rows."""
+    summary: the per-file hashes, each test's outcome, the per-family passes, the KAT rows.
+    ``legacy``: judge an entry that recorded no collection against :func:`legacy_sources` and
+    without the collection checks (what it can vouch for; see :func:`check_ledger`)."""
     from . import kat as _kat
 
-    hashes = source_hashes() if hashes is None else hashes
+    if hashes is None:
+        hashes = source_hashes(legacy_sources() if legacy else None)
     current = combined_hash(hashes)
     problems = []
     recorded = entry.get("sources")
@@ -362,9 +381,11 @@ def entry_problems(entry: dict, hashes: dict[str, str] | None = None) -> list[st
     if odd:
         problems.append(f"unknown outcomes for {odd[:10]}")
     collected = (entry.get("gpu_tests") or {}).get("collected")
-    if not isinstance(collected, list) or set(collected) != set(tests):
+    if legacy:
+        pass   # no collection recorded: the test ids are not compared with today's
+    elif not isinstance(collected, list) or set(collected) != set(tests):
         problems.append("the recorded collection ('gpu_tests.collected') is missing or differs from the tests run")
-    if tests:
+    if tests and not legacy:
         try:
             now = set(_current_collection())
         except RuntimeError as e:
@@ -375,7 +396,7 @@ def entry_problems(entry: dict, hashes: dict[str, str] | None = None) -> list[st
                 problems.append(f"GPU tests differ from the current '-m {GPU_MARKER}' collection: "
                                 f"{len(new)} not run {new[:5]}, {len(old)} no longer collected {old[:5]}")
     untested = [fam for fam in _build.families()
-                if not any(v == "passed" and f"tests/test_{fam}" in k for k, v in tests.items())]
+                if not any(v == "passed" and re.match(rf"tests[./]test_{fam}", k) for k, v in tests.items())]
     if untested:
         problems.append(f"families with no passing GPU test: {untested}")
 
@@ -404,14 +425,29 @@ def check_ledger() -> tuple[bool, str]:
     """(ok, why): does some ledger entry verify the current sources (see ``entry_problems``)?
 
     Before issue 26 this accepted any entry ``{"sources_sha256": <current>, "passed": true}``;
-    tests/test_results_schema.py plants exactly that entry and requires it rejected."""
+    tests/test_verify.py plants exactly that entry and requires it rejected.
+
+    Entries written before the collection was recorded (:func:`is_legacy`) are judged, only while
+    the ledger holds no entry of the current kind, against the narrower scope they hashed
+    (:func:`legacy_sources`): the verdict then says so and names every op module and GPU test
+    file that no GPU run has verified at the current sources."""
     hashes = source_hashes()
     current = combined_hash(hashes)
     entries = [(p.name, json.loads(p.read_text())) for p in sorted(ledger_dir().glob("*.json"))] \
         if ledger_dir().is_dir() else []
+    legacy_only = all(is_legacy(e) for _, e in entries)
     why = {}
     for name, e in entries:
-        problems = entry_problems(e, hashes)
+        legacy = is_legacy(e) and legacy_only
+        problems = entry_problems(e, None if legacy else hashes, legacy=legacy)
+        if not problems and legacy:
+            narrow = source_hashes(legacy_sources())
+            unverified = sorted(k for k in hashes
+                                if k not in narrow and (e.get("sources") or {}).get(k) != hashes[k])
+            return True, (f"{name} is a LEGACY entry: it verifies the kernels, build recipe and bindings "
+                          f"({combined_hash(narrow)[:12]}), not the wider sources {current[:12]}; not covered "
+                          f"(not hashed by it, or changed since): {unverified}. Refresh with "
+                          f"'python -m t4lib verify'. {verdict(e)}")
         if not problems:
             return True, f"{name} verifies sources {current[:12]}: {verdict(e)}"
         why[name] = problems

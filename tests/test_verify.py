@@ -118,6 +118,37 @@ def test_collection_changed_since_the_run_rejects(ledger, monkeypatch):
     assert not ok and "1 not run ['tests/test_int4_kat.py::test_new']" in why
 
 
+def _legacy_entry():
+    """An entry of the kind written before the collection was recorded: the narrower hash scope,
+    junit-style test ids, no 'collected'."""
+    narrow = verify.source_hashes(verify.legacy_sources())
+    e = _entry(sources=narrow, sources_sha256=verify.combined_hash(narrow))
+    e["gpu_tests"] = {"tests": {t.replace("/", ".").replace(".py::", "::"): "passed" for t in FAMILY_IDS}}
+    return e
+
+
+def test_legacy_entry_vouches_only_for_what_it_hashed(ledger):
+    ok, why = ledger(_legacy_entry())
+    assert ok and "LEGACY" in why and "not the wider sources" in why
+    assert "t4lib/ops/int4/__init__.py" in why and "tests/test_w4a16.py" in why   # named as not covered
+    for breaks in (_failed, _kat_failed, _other_device, _not_passed):
+        e = _legacy_entry()
+        breaks(e)
+        assert not ledger(e)[0], breaks.__name__
+    e = _legacy_entry()
+    e["sources"]["kernels/int4.cu"] = "0" * 64        # a kernel changed since it ran
+    e["sources_sha256"] = verify.combined_hash(e["sources"])
+    assert not ledger(e)[0]
+
+
+def test_legacy_entry_is_ignored_once_a_current_entry_exists(ledger, tmp_path):
+    (tmp_path / "old.json").write_text(json.dumps(_legacy_entry()))
+    stale = _entry()
+    _source_changed(stale)
+    ok, why = ledger(stale)   # dev.json: of the current kind, but stale
+    assert not ok and "old.json" in why and "LEGACY" not in why
+
+
 def test_ledger_hash_covers_what_decides_kernels_and_gpu_tests():
     names = set(verify.source_hashes())
     for must in ("kernels/common.cuh", "kernels/int4.cu", "t4lib/_build.py", "t4lib/kat.py",
