@@ -60,9 +60,11 @@ def environment() -> dict[str, Any]:
 
 
 def git_commit(repo: Path = REPO_ROOT) -> tuple[str, bool | None]:
-    """(commit, dirty) of the checkout. A copy without ``.git`` (a tree shipped to a GPU machine)
-    takes the commit from ``$T4LIB_COMMIT`` (dirty unknown), else ("unknown", None)."""
-    fallback = (os.environ.get("T4LIB_COMMIT") or "unknown", None)
+    """(commit, dirty) of the checkout. ``$T4LIB_COMMIT``, when set, names it (dirty unknown): a
+    tree shipped to a GPU machine may carry a stale ``.git`` or none; without either, ("unknown", None)."""
+    if os.environ.get("T4LIB_COMMIT"):
+        return os.environ["T4LIB_COMMIT"], None
+    fallback = ("unknown", None)
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=30)
         if head.returncode != 0:
