@@ -118,15 +118,21 @@ class _Reject(Exception):
         self.reason, self.msg = reason, msg
 
 
-def check_prompt_completion(dataset) -> None:
-    """ValueError unless ``dataset`` (a ``datasets.Dataset``) has string prompt/completion columns."""
+def check_columns(dataset, required, purpose: str) -> None:
+    """TypeError unless ``dataset`` is a ``datasets.Dataset``; ValueError naming what is missing
+    unless it has every column of ``required`` (``purpose`` says who needs them)."""
     cols = getattr(dataset, "column_names", None)
     if cols is None:
         raise TypeError(f"dataset must be a datasets.Dataset, got {type(dataset).__name__}")
-    missing = [c for c in REQUIRED_COLUMNS if c not in cols]
+    missing = [c for c in required if c not in cols]
     if missing:
-        raise ValueError(f"dataset has no {' / '.join(missing)} column (columns: {cols}); SFT needs "
-                         f"{REQUIRED_COLUMNS}")
+        raise ValueError(f"dataset has no {' / '.join(missing)} column (columns: {cols}); {purpose} needs "
+                         f"{tuple(required)}")
+
+
+def check_prompt_completion(dataset) -> None:
+    """ValueError unless ``dataset`` (a ``datasets.Dataset``) has prompt/completion columns."""
+    check_columns(dataset, REQUIRED_COLUMNS, "SFT")
 
 
 # ----------------------------------------------------------------------------- completion parser

@@ -36,7 +36,7 @@ from collections import defaultdict
 import torch
 
 from ..models import corpus, schema
-from . import rewards as R
+from . import data, rewards as R
 from .cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
 from .importance import importance_weights, mismatch_metrics
 from .rollout import RolloutModel, sample_groups
@@ -53,12 +53,7 @@ COLUMNS = ("prompt", "target")
 # ----------------------------------------------------------------------------- data
 
 def check_columns(dataset) -> None:
-    cols = getattr(dataset, "column_names", None)
-    if cols is None:
-        raise TypeError(f"dataset must be a datasets.Dataset, got {type(dataset).__name__}")
-    missing = [c for c in COLUMNS if c not in cols]
-    if missing:
-        raise ValueError(f"dataset lacks the columns {missing} (has {cols}); GRPO needs {list(COLUMNS)}")
+    data.check_columns(dataset, COLUMNS, "GRPO")
 
 
 def grpo_dataset(n_math: int = 300, seed: int = 0):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 # PEFT warns on every layer type it does not know, even when a custom module is registered for it.
 warnings.filterwarnings("ignore", message=r"Unsupported layer type .*QuantLinear")
@@ -179,12 +180,10 @@ def label_mask_example(trainer, index: int = 0) -> dict:
                 completion_start=masked.index(False) if False in masked else None)
 
 
-def checkpoint_dir(model_id: str) -> "Path":
+def checkpoint_dir(model_id: str) -> Path:
     """Where a fine-tuned copy of ``model_id`` is saved for the notebooks after it (the GRPO notebook
     starts from it): the user cache beside the kernel libraries, not ``data/models``, whose committed
     checkpoints have a size budget."""
-    from pathlib import Path
-
     from .._build import cache_dir
     return cache_dir() / "models" / f"{Path(str(model_id)).name}-sft"
 
