@@ -14,10 +14,10 @@ import json
 
 try:
     import _common  # noqa: F401  (puts the repository on sys.path)
-    import build_copy, build_honesty, build_math, build_tokenizer, build_traces
+    import build_copy, build_copy_long, build_honesty, build_math, build_tokenizer, build_traces
     from _common import out_dir
 except ImportError:
-    from data import build_copy, build_honesty, build_math, build_tokenizer, build_traces
+    from data import build_copy, build_copy_long, build_honesty, build_math, build_tokenizer, build_traces
     from data._common import out_dir
 
 MANIFEST = "manifest.json"
@@ -27,7 +27,7 @@ def build(out=None) -> dict:
     out = out_dir() if out is None else out
     out.mkdir(parents=True, exist_ok=True)
     files = []
-    for mod in (build_math, build_honesty, build_traces, build_copy):
+    for mod in (build_math, build_honesty, build_traces, build_copy, build_copy_long):
         files += mod.build(out)
     tok = build_tokenizer.build(out, data_root=out)
     manifest = {"generator": "data/build_all.py", "files": {e.pop("path"): e for e in files},

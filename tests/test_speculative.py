@@ -1,5 +1,7 @@
 """Speculative decoding: exact greedy tokens against StaticEngine plain greedy (tiny-cpu, fp32, CPU),
-the drafters, the speculative-sampling rule against its closed form, bad input; GPU: graphs + compile."""
+the drafters, the speculative-sampling rule against its closed form, the engine's sampled tokens against
+the target's distribution (chi-square, with controls that must fail), bad input, the long held-out copy
+set; GPU: graphs + compile."""
 import json
 
 import numpy as np
@@ -9,8 +11,9 @@ import torch
 from t4lib import models
 from t4lib.models import schema
 from t4lib.serving import StaticEngine
-from t4lib.speculative import (DraftModelDrafter, Drafter, PromptLookupDrafter, SpeculativeEngine,
-                               speculative_accept)
+from t4lib.speculative import (DraftModelDrafter, Drafter, PromptLookupDrafter, Sampler, SpeculativeEngine,
+                               bench, speculative_accept)
+from t4lib.speculative import engine as engine_mod
 
 MAX_NEW = 24
 EOS = 0
@@ -254,6 +257,264 @@ def test_bad_input(tiny_cpu):
         SpeculativeEngine(model, drafter="pld")
 
 
+def test_sampling_rule_one_hot_q_none_equals_explicit():
+    """q=None (a deterministic drafter) is the one-hot rule: same draws, same tokens, as an explicit one-hot q."""
+    p = torch.softmax(torch.randn(4, 9, generator=torch.Generator().manual_seed(3)), dim=-1)
+    draft = torch.tensor([2, 5, 5])
+    onehot = torch.nn.functional.one_hot(draft, 9).double()
+    for s in range(50):
+        a = speculative_accept(p, onehot, draft, generator=torch.Generator().manual_seed(s))
+        b = speculative_accept(p, None, draft, generator=torch.Generator().manual_seed(s))
+        assert a == b
+
+
+# ---------------------------------------------------------------------- sampling in the engine
+S_PROMPT = "Task: change city to"   # the next tokens are spread: a good prompt for a distribution test
+S_TEMP, S_TOPK = 1.5, 4
+
+
+class TargetGreedyDrafter(Drafter):
+    """Deterministic drafts (q one-hot): the target's own greedy continuation, from full forwards."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def propose(self, contexts, k):
+        ctx = torch.tensor(contexts)          # the distribution tests use equal-length rows
+        out = torch.zeros(len(contexts), 0, dtype=torch.long)
+        with torch.no_grad():
+            for _ in range(k):
+                nxt = self.model(torch.cat([ctx, out], 1)).logits[:, -1].argmax(-1, keepdim=True)
+                out = torch.cat([out, nxt], 1)
+        return out.tolist()
+
+
+class Recording(Drafter):
+    """Wraps a drafter; keeps (context, draft) of every sampled proposal."""
+
+    def __init__(self, inner):
+        self.inner, self.vocab_size, self.seen = inner, inner.vocab_size, []
+
+    def propose(self, contexts, k):
+        return self.inner.propose(contexts, k)
+
+    def propose_sampled(self, contexts, k, sampler, generator):
+        d, q = self.inner.propose_sampled(contexts, k, sampler, generator)
+        self.seen += [(list(c), list(x)) for c, x in zip(contexts, d)]
+        return d, q
+
+
+def _joint3(model, prompt, sampler):
+    """Exact probability of each (t0, t1, t2) the target samples after ``prompt`` (top-k keeps it small)."""
+    with torch.no_grad():
+        p0 = sampler.probs(model(torch.tensor([prompt])).logits[0, -1])
+        s0 = p0.nonzero()[:, 0].tolist()
+        p1 = sampler.probs(model(torch.tensor([prompt + [a] for a in s0])).logits[:, -1])
+        pairs = [(a, b) for i, a in enumerate(s0) for b in p1[i].nonzero()[:, 0].tolist()]
+        p2 = sampler.probs(model(torch.tensor([prompt + [a, b] for a, b in pairs])).logits[:, -1])
+    joint = {}
+    for j, (a, b) in enumerate(pairs):
+        for c in p2[j].nonzero()[:, 0].tolist():
+            joint[(a, b, c)] = float(p0[a] * p1[s0.index(a), b] * p2[j, c])
+    return joint
+
+
+def _chi2_joint(counts: dict, joint: dict) -> float:
+    """Chi-square p-value of observed sequence counts against exact probabilities; cells expected below 5
+    pooled into one."""
+    from scipy.stats import chisquare
+    n = sum(counts.values())
+    big = [key for key in sorted(joint, key=joint.get, reverse=True) if joint[key] * n >= 5]
+    obs = [counts.get(key, 0) for key in big]
+    exp = [joint[key] * n for key in big]
+    obs.append(n - sum(obs))
+    exp.append(n - sum(exp))
+    if exp[-1] < 5:
+        obs[-2] += obs.pop()
+        exp[-2] += exp.pop()
+    assert len(obs) >= 10
+    return chisquare(obs, exp).pvalue
+
+
+def _sample_counts(eng, prompt, calls, B=16):
+    counts = {}
+    for seed in range(calls):
+        r = eng.generate([prompt] * B, 3, do_sample=True, temperature=S_TEMP, top_k=S_TOPK, seed=seed)
+        for x in r.new_tokens:
+            counts[tuple(x)] = counts.get(tuple(x), 0) + 1
+    return counts, r
+
+
+def _resample_from_p(p, q, draft, generator=None):
+    """The classic bug: accept with min(1, p/q) but resample a rejection from p instead of max(p - q, 0)."""
+    p = p.double()
+    u = torch.rand(draft.shape[0], generator=generator, dtype=torch.float64)
+    for i, x in enumerate(draft.tolist()):
+        if u[i] * (1.0 if q is None else float(q[i, x])) > p[i, x]:
+            return draft[:i].tolist() + [int(torch.multinomial(p[i], 1, generator=generator))], i
+    return draft.tolist() + [int(torch.multinomial(p[-1], 1, generator=generator))], draft.shape[0]
+
+
+@pytest.fixture(scope="module")
+def sampling_setup(tiny_cpu):
+    model, tok, _, _ = tiny_cpu
+    prompt = tok(S_PROMPT)["input_ids"]
+    return model, prompt, _joint3(model, prompt, Sampler(S_TEMP, S_TOPK))
+
+
+def test_sampled_tokens_follow_target_deterministic_drafts(sampling_setup, monkeypatch):
+    """Deterministic drafts (q one-hot, as prompt lookup): the first three sampled tokens (prefill sample,
+    the verify's accept-or-resample, then the bonus or a plain step) are distributed as the target samples
+    them (chi-square on 640 sequences); the same engine with rejections resampled from p must fail."""
+    model, prompt, joint = sampling_setup
+    eng = SpeculativeEngine(model, TargetGreedyDrafter(model), max_len=32, max_batch_size=16, ks=(2,),
+                            adaptive=False, prefill_bucket=8)
+    counts, r = _sample_counts(eng, prompt, 40)
+    assert r.do_sample and r.stats.drafted > 0 and 0 < r.stats.accepted < r.stats.drafted   # both branches ran
+    assert _chi2_joint(counts, joint) > 1e-3
+    monkeypatch.setattr(engine_mod, "speculative_accept", _resample_from_p)
+    bad, _ = _sample_counts(eng, prompt, 40)
+    assert _chi2_joint(bad, joint) < 1e-6                # the test can fail
+
+
+def test_sampled_tokens_follow_target_draft_model(sampling_setup):
+    """A draft model whose q differs from p (tiny-cpu with its final norm scaled by 0.4: logits 0.4x, a
+    flatter q): the sampled sequences follow the target's distribution (480 sequences), while the drafted
+    tokens themselves (what accepting every draft would emit) do not."""
+    import copy
+    model, prompt, joint = sampling_setup
+    draft = copy.deepcopy(model)
+    with torch.no_grad():
+        draft.model.norm.weight.mul_(0.4)
+    rec = Recording(DraftModelDrafter(draft, max_len=32))
+    eng = SpeculativeEngine(model, rec, max_len=32, max_batch_size=16, ks=(2,), adaptive=False, prefill_bucket=8)
+    counts, r = _sample_counts(eng, prompt, 30)
+    assert r.stats.drafted > 0 and 0 < r.stats.accepted < r.stats.drafted
+    assert _chi2_joint(counts, joint) > 1e-3
+    # control: (t0, first draft token) of every proposal made right after the prefill's sample t0
+    pairs = {}
+    for c, d in rec.seen:
+        if len(c) == len(prompt) + 1 and d:
+            key = (c[-1], d[0])
+            pairs[key] = pairs.get(key, 0) + 1
+    joint2 = {}
+    for (a, b, _), v in joint.items():
+        joint2[(a, b)] = joint2.get((a, b), 0.0) + v
+    assert sum(pairs.values()) == 480
+    assert _chi2_joint(pairs, joint2) < 1e-6
+
+
+def test_sampling_seeds_rows_and_limits(tiny_cpu):
+    """A seed reproduces the tokens (batch 4, ragged, prompt lookup, adaptive k); another seed changes them;
+    EOS and the token budget hold per row; the sampled tokens stay in the top-k."""
+    model, _, prompts, refs = tiny_cpu
+    eng = spec(model, max_batch_size=4, ks=(1, 2, 4, 8))
+    kw = dict(eos_token_id=EOS, do_sample=True, temperature=1.5, top_k=3)
+    a = eng.generate(prompts[:4], MAX_NEW, seed=7, **kw)
+    b = eng.generate(prompts[:4], MAX_NEW, seed=7, **kw)
+    c = eng.generate(prompts[:4], MAX_NEW, seed=8, **kw)
+    assert a.new_tokens == b.new_tokens and a.new_tokens != c.new_tokens
+    assert a.new_tokens != refs[:4]                   # not greedy
+    for row in a.new_tokens + c.new_tokens:
+        assert 1 <= len(row) <= MAX_NEW and (EOS not in row or row.index(EOS) == len(row) - 1)
+    # every sampled token lies in the top-3 of the target's logits at its position
+    for p, row in zip(prompts[:4], a.new_tokens):
+        with torch.no_grad():
+            logits = model(torch.tensor([p + row])).logits[0, len(p) - 1:-1]
+        top = logits.topk(3, dim=-1).indices
+        assert all(t in top[i].tolist() for i, t in enumerate(row))
+    torch.manual_seed(0)
+    d = eng.generate(prompts[:4], MAX_NEW, **kw)      # seed None: drawn from torch's global generator
+    torch.manual_seed(0)
+    assert eng.generate(prompts[:4], MAX_NEW, **kw).new_tokens == d.new_tokens
+    # do_sample=False ignores the sampling settings: the greedy path is unchanged
+    g = eng.generate(prompts[:4], MAX_NEW, eos_token_id=EOS, temperature=3.0, top_k=2, seed=1)
+    assert g.new_tokens == refs[:4] and not g.do_sample
+
+
+def test_sampled_self_draft_accepts_everything(tiny_cpu):
+    """tiny-cpu drafting for itself with sampling: q equals p at every drafted position, so the rule
+    accepts every draft (a q misaligned by one position would reject most)."""
+    model, _, prompts, _ = tiny_cpu
+    eng = spec(model, DraftModelDrafter(model, max_len=160, eos_token_id=EOS), max_batch_size=2, ks=(4,),
+               adaptive=False)
+    r = eng.generate(prompts[:2], MAX_NEW, eos_token_id=EOS, do_sample=True, temperature=2.0, seed=3)
+    assert r.stats.drafted >= 10 and r.stats.acceptance_rate > 0.99
+
+
+def test_sampling_bad_input(tiny_cpu):
+    model, _, prompts, _ = tiny_cpu
+    eng = spec(model, max_batch_size=1)
+    with pytest.raises(ValueError, match="temperature"):
+        eng.generate([prompts[0]], 4, do_sample=True, temperature=0.0)
+    with pytest.raises(ValueError, match="top_k"):
+        eng.generate([prompts[0]], 4, do_sample=True, top_k=-1)
+    with pytest.raises(TypeError, match="do_sample"):
+        eng.generate([prompts[0]], 4, do_sample="yes")
+    with pytest.raises(TypeError, match="seed"):
+        eng.generate([prompts[0]], 4, do_sample=True, seed="1")
+    with pytest.raises(ValueError, match="temperature"):
+        Sampler(temperature=-1.0)
+
+
+# ---------------------------------------------------------------------- the long held-out copy set
+def _copy_long_mod():
+    import importlib
+    import sys
+    from pathlib import Path
+    repo = str(Path(__file__).resolve().parents[1])
+    if repo not in sys.path:
+        sys.path.insert(0, repo)
+    return importlib.import_module("data.build_copy_long")
+
+
+def test_copy_long_lengths_and_grounding(tiny_cpu):
+    """Every output is 100+ tokens of the project tokenizer and mostly copies the input: most output lines
+    occur verbatim in it (fix-code: all but the fixed line; reformat: the values)."""
+    import re
+    _, tok, _, _ = tiny_cpu
+    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_long_heldout.jsonl")]
+    assert len(recs) == 80 and {r["kind"] for r in recs} == {"fix_code_long", "reformat_records"}
+    for r in recs:
+        assert len(tok(r["output"])["input_ids"]) >= 100, r["id"]
+        if r["kind"] == "fix_code_long":
+            out, inp = r["output"].split("\n"), r["input"].split("\n")
+            assert len(out) == len(inp) and sum(a != b for a, b in zip(out, inp)) == 1, r["id"]
+        else:
+            vals = re.findall(r"[A-Za-z0-9]{2,}", r["output"])
+            assert sum(v in r["input"] for v in vals) >= 0.8 * len(vals), r["id"]
+
+
+def test_copy_long_deterministic_and_disjoint_from_train(tmp_path):
+    mod = _copy_long_mod()
+    a = mod.build(tmp_path / "a")[0]
+    b = mod.build(tmp_path / "b")[0]
+    manifest = json.loads((models.tiny.corpus.data_dir() / "manifest.json").read_text())
+    assert a["sha256"] == b["sha256"] == manifest["files"]["copy_long_heldout.jsonl"]["sha256"]
+    train = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_train.jsonl")]
+    held = [json.loads(line) for line in open(tmp_path / "a" / "copy_long_heldout.jsonl")]
+    assert not {r["kind"] for r in train} & {r["kind"] for r in held}
+    # instruction templates (numbers and names masked) and inputs never meet
+    import re
+    shape = lambda t: re.sub(r"[A-Z][a-z]+|[a-z]+_[a-z]+|\d+", "#", t)
+    assert not {shape(r["instruction"]) for r in train} & {shape(r["instruction"]) for r in held}
+    assert not {r["input"] for r in train} & {r["input"] for r in held}
+    train_text = "\n".join(r["input"] + "\n" + r["output"] for r in train)
+    assert all(r["output"] not in train_text for r in held)
+
+
+def test_load_prompts_copy_long(tiny_cpu):
+    _, tok, _, _ = tiny_cpu
+    long_p = bench.load_prompts(tok, "copy_long", 3)
+    assert len(long_p) == 3 and all(len(p) > 100 for p in long_p)
+    assert tok.decode(long_p[0]).startswith("Task: ")
+    assert bench.load_prompts(tok, n=2) == bench.load_prompts(tok, "copy", 2)   # default unchanged
+    with pytest.raises(ValueError, match="kind"):
+        bench.load_prompts(tok, "long")
+    with pytest.raises(ValueError, match="n must"):
+        bench.load_prompts(tok, "copy_long", 0)
+
+
 # ---------------------------------------------------------------------- GPU
 def _gpu_setup(dtype=torch.float16, quant=False, n=8):
     model, tok = models.load("tiny-gpu", dtype=dtype, device="cuda")
@@ -309,3 +570,16 @@ def test_gpu_graph_equals_eager():
     want = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, use_graph=False).generate(prompts, 48)
     got = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, compile=False).generate(prompts, 48)
     assert got.graph and got.new_tokens == want.new_tokens
+
+
+@pytest.mark.gpu
+def test_gpu_sampling_graph_equals_eager():
+    """Sampling reads the verify and plain-step logits from the captured graphs' output buffers: with fp32
+    weights and one seed, the graph engine draws exactly the eager engine's tokens."""
+    model, prompts, _, _ = _gpu_setup(dtype=torch.float32, n=4)
+    pld = PromptLookupDrafter(eos_token_id=EOS)
+    kw = dict(eos_token_id=EOS, do_sample=True, temperature=0.8, top_k=20, seed=5)
+    want = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, use_graph=False).generate(prompts, 48, **kw)
+    got = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, compile=False).generate(prompts, 48, **kw)
+    assert got.graph and got.do_sample and got.new_tokens == want.new_tokens
+    assert got.stats.plain_steps > 0 and got.stats.drafted > 0

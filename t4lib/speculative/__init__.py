@@ -4,7 +4,7 @@ cache (:mod:`.cache`), the engine (:mod:`.engine`), the speculative-sampling rul
 from .cache import RowStaticCache, causal_row_mask
 from .drafters import DraftModelDrafter, Drafter, PromptLookupDrafter
 from .engine import SpecResult, SpecStats, SpeculativeEngine
-from .sampling import speculative_accept
+from .sampling import Sampler, speculative_accept
 
 __all__ = ["SpeculativeEngine", "SpecResult", "SpecStats", "Drafter", "PromptLookupDrafter",
-           "DraftModelDrafter", "RowStaticCache", "causal_row_mask", "speculative_accept"]
+           "DraftModelDrafter", "RowStaticCache", "causal_row_mask", "Sampler", "speculative_accept"]

@@ -47,18 +47,22 @@ def _sync():
 
 
 # ---------------------------------------------------------------------- prompts and references
+PROMPT_FILES = {"copy": "copy_heldout.jsonl", "copy_long": "copy_long_heldout.jsonl", "open": "math_heldout.jsonl"}
+
+
 def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
-    """Token ids of ``n`` held-out prompts: ``copy`` (data/copy_heldout.jsonl, input-grounded) or
-    ``open`` (data/math_heldout.jsonl, word problems: the answer is written, not copied)."""
+    """Token ids of the first ``n`` held-out prompts of a kind: ``copy`` (data/copy_heldout.jsonl, short
+    input-grounded edits), ``copy_long`` (data/copy_long_heldout.jsonl, input-grounded tasks whose outputs of
+    100+ tokens mostly copy the input: fix a bug in a module, re-lay out records) or ``open``
+    (data/math_heldout.jsonl, word problems: the answer is written, not copied)."""
     from ..models import corpus, schema
-    if kind not in ("copy", "open"):
-        raise ValueError(f"kind must be 'copy' or 'open', got {kind!r}")
-    if not isinstance(n, int) or n < 1:
+    if kind not in PROMPT_FILES:
+        raise ValueError(f"kind must be one of {sorted(PROMPT_FILES)}, got {kind!r}")
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    name = "copy_heldout.jsonl" if kind == "copy" else "math_heldout.jsonl"
-    with open(corpus.data_dir() / name) as f:
+    with open(corpus.data_dir() / PROMPT_FILES[kind]) as f:
         recs = [json.loads(line) for _, line in zip(range(n), f)]
-    texts = [schema.copy_prompt(r["instruction"], r["input"]) if kind == "copy" else schema.math_prompt(r["question"])
+    texts = [schema.math_prompt(r["question"]) if kind == "open" else schema.copy_prompt(r["instruction"], r["input"])
              for r in recs]
     return [tok(t)["input_ids"] for t in texts]
 

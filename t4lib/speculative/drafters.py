@@ -3,9 +3,10 @@
 One interface (:class:`Drafter`): ``propose(contexts, k) -> list[list[int]]`` where
 ``contexts[b]`` is every token of sequence ``b`` so far (prompt + generated, the last one
 not yet verified). A drafter may return fewer than ``k`` tokens (none at all when it has
-no guess); the engine then verifies fewer positions. Deterministic drafters return
-``probs=None`` (the draft distribution ``q`` is one-hot); a sampling drafter would also
-return ``q`` so :func:`t4lib.speculative.sampling.speculative_accept` can apply the
+no guess); the engine then verifies fewer positions. When the engine samples it calls
+``propose_sampled(contexts, k, sampler, generator) -> (drafts, qs)``: ``qs[b]`` is the ``[len(d), V]``
+distribution each draft token was drawn from, or None for a deterministic drafter (``q`` one-hot: the
+default, which calls ``propose``); :func:`t4lib.speculative.sampling.speculative_accept` then applies the
 acceptance rule. A multi-token-prediction head plugs in as another ``Drafter``.
 """
 from __future__ import annotations
@@ -22,6 +23,10 @@ class Drafter:
 
     def propose(self, contexts: list[list[int]], k: int) -> list[list[int]]:
         raise NotImplementedError
+
+    def propose_sampled(self, contexts: list[list[int]], k: int, sampler, generator: torch.Generator):
+        """Drafts and the distributions they were drawn from; deterministic drafters: ``q`` one-hot (None)."""
+        return self.propose(contexts, k), [None] * len(contexts)
 
     @staticmethod
     def _cut_at_eos(draft: list[int], eos_token_id: int | None) -> list[int]:
@@ -62,9 +67,12 @@ class PromptLookupDrafter(Drafter):
 
 
 class DraftModelDrafter(Drafter):
-    """A smaller causal LM with the target's tokenizer, decoded greedily by a
-    :class:`t4lib.serving.StaticEngine` (static cache, CUDA-graph steps on a GPU). Each proposal
-    re-reads the context (one prefill of the draft model) and decodes ``k`` tokens."""
+    """A smaller causal LM with the target's tokenizer, decoded by a :class:`t4lib.serving.StaticEngine`
+    (static cache, CUDA-graph steps on a GPU): greedily, or, when the engine samples, with the engine's
+    temperature and top-k, returning the draft distribution ``q`` of each token (from the logits the draft
+    engine sampled it from). Each proposal re-reads the context (one prefill of the draft model) and
+    decodes ``k`` tokens. Sampled proposals seed the draft engine from the caller's generator
+    (``StaticEngine`` seeds torch's global generator)."""
 
     name = "draft_model"
 
@@ -88,3 +96,20 @@ class DraftModelDrafter(Drafter):
             r = self.engine.generate(ids, budget)
             out.append(self._cut_at_eos(r.new_tokens[0].tolist(), self.eos_token_id))
         return out
+
+    def propose_sampled(self, contexts, k, sampler, generator):
+        out, qs = [], []
+        for c in contexts:
+            budget = min(k, self.engine.max_len - len(c))
+            if budget < 1:
+                out.append([])
+                qs.append(None)
+                continue
+            seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
+            r = self.engine.generate(torch.tensor([c], dtype=torch.long), budget, do_sample=True,
+                                     temperature=sampler.temperature, top_k=sampler.top_k, seed=seed,
+                                     output_logits=True)
+            d = self._cut_at_eos(r.new_tokens[0].tolist(), self.eos_token_id)
+            out.append(d)
+            qs.append(sampler.probs(r.logits[0, :len(d)]))
+        return out, qs

@@ -26,8 +26,16 @@ elsewhere). It decodes plain steps instead when no ``k`` beats one token per pla
 it would have proposed at the chunk start, scoring that guess against the chunk's tokens, so ``a``
 recovers when drafts would pay again. A fixed ``k`` (``adaptive=False``) drafts ``k`` whenever the
 drafter has something.
-Greedy only: sampling with a draft model uses :func:`.sampling.speculative_accept` (tested on
-its own; not wired into this engine yet).
+
+Sampling (``do_sample=True``, ``temperature``, ``top_k``, ``seed``): the target's distribution ``p`` at each
+verified position is :class:`.sampling.Sampler` applied to the verify's logits (the graph's output buffer on
+CUDA); each row keeps its drafts by the speculative-sampling rule (:func:`.sampling.speculative_accept`:
+accept ``d_i`` with probability ``min(1, p_i(d_i) / q_i(d_i))``, at the first rejection resample from
+``max(p_i - q_i, 0)``, else a bonus token from ``p_k``), so every emitted token is distributed as the target's
+own sampling would draw it. Prompt lookup drafts are deterministic (``q`` one-hot); a draft model samples its
+drafts with the same settings and returns its ``q`` (:meth:`.drafters.Drafter.propose_sampled`). Plain steps
+sample one token per target forward on the host. All random draws come from one CPU generator seeded by
+``seed`` (default: drawn from torch's global generator), so a seed reproduces the tokens.
 """
 from __future__ import annotations
 
@@ -41,6 +49,7 @@ from torch import nn
 
 from .cache import RowStaticCache, causal_row_mask
 from .drafters import Drafter
+from .sampling import Sampler, sample, speculative_accept
 
 warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
 
@@ -88,6 +97,7 @@ class SpecResult:
     graph: bool
     compiled: bool
     compile_error: str | None = None
+    do_sample: bool = False
 
 
 class _BatchState:
@@ -97,6 +107,8 @@ class _BatchState:
         self.B, self.cache = B, cache
         self.ids: dict[int, torch.Tensor] = {}       # q -> [B, q] input tokens
         self.argmax: dict[int, torch.Tensor] = {}    # q -> [B, q] target greedy tokens
+        self.vlogits: dict[int, torch.Tensor] = {}   # q -> [B, q, V] logits of the last verify (graph output)
+        self.plain_logits = None                     # [B, 1, V] logits of the last plain step (graph output)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> verify graph; key 0: plain step
         self.chunk = None                            # [B, chunk] plain-step outputs
         self.chunk_idx = None
@@ -104,7 +116,7 @@ class _BatchState:
 
 
 class SpeculativeEngine:
-    """Greedy speculative decoding of a Hugging Face causal LM (see module docstring).
+    """Speculative decoding (greedy or sampled) of a Hugging Face causal LM (see module docstring).
 
     ``model``: the target (Qwen2/Llama-style forward; ``nn.Linear`` or ``QuantLinear`` layers,
     fp32/fp16). ``drafter``: a :class:`.drafters.Drafter`. ``max_len``: prompt + new tokens per
@@ -176,10 +188,12 @@ class SpeculativeEngine:
 
     def _verify_step(self, st: _BatchState, q: int):
         logits = self._fwd()(st.ids[q], st.cache)
+        st.vlogits[q] = logits   # captured: the graph rewrites this tensor at each replay
         st.argmax[q].copy_(logits.float().argmax(dim=-1))
 
     def _plain_step(self, st: _BatchState):
         logits = self._fwd()(st.ids[1], st.cache)
+        st.plain_logits = logits
         g = logits[:, -1].float().argmax(dim=-1)
         st.ids[1].copy_(g[:, None])
         st.chunk.index_copy_(1, st.chunk_idx, g[:, None])
@@ -261,7 +275,12 @@ class SpeculativeEngine:
         st.chunk_idx.zero_()
 
     # ------------------------------------------------------------------ generate
-    def _check_inputs(self, input_ids, max_new_tokens, k):
+    def _check_inputs(self, input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed):
+        if not isinstance(do_sample, bool):
+            raise TypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
+        sampler = Sampler(temperature, top_k) if do_sample else None   # raises on a bad temperature / top_k
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         if isinstance(input_ids, torch.Tensor):
             if input_ids.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
@@ -289,15 +308,21 @@ class SpeculativeEngine:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
         if k is not None and k not in self.ks:
             raise ValueError(f"k={k} has no verify graph; choose one of ks={self.ks}")
-        return rows
+        return rows, sampler
 
     @torch.no_grad()
     def generate(self, input_ids, max_new_tokens: int, *, k: int | None = None,
-                 eos_token_id: int | None = None) -> SpecResult:
-        """Greedy-decode up to ``max_new_tokens`` per row of ``input_ids`` (``[B, T]`` tensor or ragged
-        list of token lists). ``k``: the starting draft length (default the largest of ``ks``); fixed
-        when the engine is not adaptive."""
-        rows = self._check_inputs(input_ids, max_new_tokens, k)
+                 eos_token_id: int | None = None, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int = 0, seed: int | None = None) -> SpecResult:
+        """Decode up to ``max_new_tokens`` per row of ``input_ids`` (``[B, T]`` tensor or ragged list of token
+        lists): greedily, or with ``do_sample`` from ``softmax(logits / temperature)`` cut to ``top_k``
+        (module docstring). ``k``: the starting draft length (default the largest of ``ks``); fixed when the
+        engine is not adaptive."""
+        rows, sampler = self._check_inputs(input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed)
+        gen = None
+        if sampler is not None:
+            gen = torch.Generator().manual_seed(
+                seed if seed is not None else int(torch.randint(0, 2 ** 62, (1,))))
         B = len(rows)
         cuda = self.device.type == "cuda"
         st = self._state(B)
@@ -314,13 +339,18 @@ class SpeculativeEngine:
         ids = torch.tensor([r + [r[-1]] * (T - len(r)) for r in rows], dtype=torch.long, device=self.device)
         st.cache.pos.zero_()
         logits = self._forward(ids, st.cache)
-        first = logits[torch.arange(B, device=self.device), torch.tensor(lens, device=self.device) - 1]
-        first = first.float().argmax(dim=-1).tolist()
+        last = logits[torch.arange(B, device=self.device), torch.tensor(lens, device=self.device) - 1]
+        first = last.float().argmax(dim=-1).tolist() if sampler is None else sample(sampler.probs(last), gen)
         stats.prefill_s = time.perf_counter() - t0
         ctx = [r + [f] for r, f in zip(rows, first)]      # every token so far; the last not in the cache
         out = [[f] for f in first]
         pos = np.array(lens, dtype=np.int64)               # next free cache slot of each row
         done = np.array([max_new_tokens == 1 or f == eos_token_id for f in first])
+
+        def propose(contexts, kk):
+            if sampler is None:
+                return self.drafter.propose(contexts, kk), None
+            return self.drafter.propose_sampled(contexts, kk, sampler, gen)
 
         while not done.all():
             active = np.flatnonzero(~done)
@@ -328,9 +358,11 @@ class SpeculativeEngine:
             kk = k_next
             if kk > 0:
                 t = time.perf_counter()
-                drafts = self.drafter.propose([ctx[b] for b in active], kk)
+                drafts, qs = propose([ctx[b] for b in active], kk)
                 stats.draft_s += time.perf_counter() - t
                 drafts = [d[:max_new_tokens - len(out[b]) - 1] for d, b in zip(drafts, active)]
+                qs = [None] * len(drafts) if qs is None else [None if q is None else q[:len(d)]
+                                                              for q, d in zip(qs, drafts)]
                 if not any(drafts):
                     kk = 0
             stats.k_trace.append(kk)
@@ -338,7 +370,10 @@ class SpeculativeEngine:
                 m = min(self.plain_chunk, room)
                 start_ctx = [list(ctx[b]) for b in active] if self.adaptive else None
                 t = time.perf_counter()
-                new = self._run_plain(st, pos, [ctx[b][-1] for b in range(B)], m)
+                if sampler is None:
+                    new = self._run_plain(st, pos, [ctx[b][-1] for b in range(B)], m)
+                else:
+                    new = self._run_plain_sampled(st, pos, [ctx[b][-1] for b in range(B)], m, sampler, gen)
                 stats.verify_s += time.perf_counter() - t
                 stats.target_forwards += m
                 stats.plain_steps += m
@@ -348,7 +383,7 @@ class SpeculativeEngine:
                     pos[b] += m
                 if self.adaptive:
                     t = time.perf_counter()
-                    guess = self.drafter.propose(start_ctx, m)
+                    guess, _ = propose(start_ctx, m)
                     stats.draft_s += time.perf_counter() - t
                     alpha = self._update_alpha(alpha, guess, [new[b][:m] for b in active])
                     k_next = self._choose_k(alpha, st.cost)
@@ -360,24 +395,30 @@ class SpeculativeEngine:
                 tok[b] = ctx[b][-1]
             for d, b in zip(drafts, active):
                 tok[b, 1:1 + len(d)] = d
-            g = self._run_verify(st, pos, tok, q)
+            self._run_verify(st, pos, tok, q)
+            if sampler is None:
+                g = st.argmax[q].cpu().numpy()
+                kept = [(g[b, :len(d) + 1].tolist(), self._prefix(d, g[b, :len(d)])) for d, b in zip(drafts, active)]
+            else:
+                p = sampler.probs(st.vlogits[q]).cpu()
+                kept = [speculative_accept(p[b, :len(d) + 1], qd, torch.tensor(d, dtype=torch.long), gen)
+                        for d, qd, b in zip(drafts, qs, active)]
             stats.verify_s += time.perf_counter() - t
             stats.target_forwards += 1
             stats.row_forwards += len(active)
             acc = prop = 0
-            for d, b in zip(drafts, active):
-                n = self._prefix(d, g[b, :len(d)])
+            for d, b, (em, n) in zip(drafts, active, kept):   # n: drafts kept (greedy: equal to the argmax)
                 if d:
                     stats.accept_hist[n] += 1
                 else:
                     stats.no_draft += 1
                 acc, prop = acc + n, prop + len(d)
-                self._emit(b, g[b, :n + 1].tolist(), out, ctx, done, max_new_tokens, eos_token_id, stats)
+                self._emit(b, em[:n + 1], out, ctx, done, max_new_tokens, eos_token_id, stats)
                 pos[b] += n + 1
             stats.drafted += prop
             stats.accepted += acc
             if self.adaptive:
-                alpha = self._update_alpha(alpha, drafts, [g[b, :len(d)] for d, b in zip(drafts, active)])
+                alpha = self._update_alpha(alpha, drafts, [em[:len(d)] for d, (em, _) in zip(drafts, kept)])
                 k_next = self._choose_k(alpha, st.cost)
         if cuda:
             torch.cuda.synchronize()
@@ -386,7 +427,7 @@ class SpeculativeEngine:
         return SpecResult(new_tokens=out, lengths=lengths, time_s=stats.total_s,
                           tokens_per_s=(sum(lengths) / B) / stats.total_s, stats=stats,
                           graph=bool(st.graphs), compiled=self._compiled is not None,
-                          compile_error=self.compile_error)
+                          compile_error=self.compile_error, do_sample=sampler is not None)
 
     def _update_alpha(self, alpha, drafts, targets) -> float:
         """Fold one verify (or one scored guess) into the running per-token acceptance estimate."""
@@ -436,7 +477,6 @@ class SpeculativeEngine:
             st.graphs[q].replay()
         else:
             self._verify_step(st, q)
-        return st.argmax[q].cpu().numpy()
 
     def _run_plain(self, st, pos, last, m):
         st.cache.pos.copy_(torch.from_numpy(pos))
@@ -448,3 +488,14 @@ class SpeculativeEngine:
             else:
                 self._plain_step(st)
         return st.chunk.cpu().numpy()
+
+    def _run_plain_sampled(self, st, pos, last, m, sampler, gen):
+        """``m`` sampled plain steps, one host round trip each (the next input is the token just drawn)."""
+        pos, last = pos.copy(), list(last)
+        new = np.empty((len(last), m), dtype=np.int64)
+        for j in range(m):
+            self._run_plain(st, pos, last, 1)
+            last = sample(sampler.probs(st.plain_logits[:, -1]), gen)
+            new[:, j] = last
+            pos += 1
+        return new
