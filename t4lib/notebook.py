@@ -42,3 +42,27 @@ def device_results_dir() -> Path:
     d = results.results_dir() / hw.device_slug()
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+def figure(device: str, file: str, name: str) -> dict:
+    """One figure of ``results/<device>/<file>`` by name, for prose a notebook formats from the results
+    rather than typing its numbers. The file is validated (``t4lib.results.validate``) before it is read."""
+    import json
+
+    from . import results
+
+    for arg, val in (("device", device), ("file", file), ("name", name)):
+        if not isinstance(val, str) or not val:
+            raise TypeError(f"{arg} must be a non-empty string, got {val!r}")
+    for arg, val in (("device", device), ("file", file)):
+        if "/" in val or "\\" in val or val in (".", ".."):
+            raise ValueError(f"{arg} must be a plain name (a folder or file of results/), got {val!r}")
+    path = results.results_dir() / device / (file if file.endswith(".json") else file + ".json")
+    if not path.is_file():
+        raise ValueError(f"file: no results file {path}")
+    doc = json.loads(path.read_text())
+    results.validate(doc)
+    for fig in doc["figures"]:
+        if fig["name"] == name:
+            return fig
+    raise ValueError(f"name: no figure {name!r} in {path}")
