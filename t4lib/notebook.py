@@ -47,8 +47,6 @@ def device_results_dir() -> Path:
 def figure(device: str, file: str, name: str) -> dict:
     """One figure of ``results/<device>/<file>`` by name, for prose a notebook formats from the results
     rather than typing its numbers. The file is validated (``t4lib.results.validate``) before it is read."""
-    import json
-
     from . import results
 
     for arg, val in (("device", device), ("file", file), ("name", name)):
@@ -60,9 +58,7 @@ def figure(device: str, file: str, name: str) -> dict:
     path = results.results_dir() / device / (file if file.endswith(".json") else file + ".json")
     if not path.is_file():
         raise ValueError(f"file: no results file {path}")
-    doc = json.loads(path.read_text())
-    results.validate(doc)
-    for fig in doc["figures"]:
-        if fig["name"] == name:
-            return fig
-    raise ValueError(f"name: no figure {name!r} in {path}")
+    figs = results.figures_by_name(path)
+    if name not in figs:
+        raise ValueError(f"name: no figure {name!r} in {path}")
+    return figs[name]

@@ -11,7 +11,6 @@ differ.
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -29,10 +28,10 @@ def _value(root: Path, cache: dict, file: str, name: str) -> float:
         path = root / file
         if not path.is_file():
             raise KeyError(f"results file {file} (named in {TEMPLATE.name}) does not exist")
-        cache[file] = {f["name"]: f["value"] for f in json.loads(path.read_text())["figures"]}
+        cache[file] = results.figures_by_name(path)
     if name not in cache[file]:
         raise KeyError(f"{file} holds no figure {name!r} (named in {TEMPLATE.name})")
-    return cache[file][name]
+    return cache[file][name]["value"]
 
 
 def render(template: str | None = None, root: str | Path | None = None) -> str:

@@ -229,6 +229,13 @@ def load_labs(device_slug: str, root: str | os.PathLike | None = None) -> dict[s
     return out
 
 
+def figures_by_name(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """``{name: figure}`` of one results file, validated first (ValueError naming what is wrong)."""
+    doc = json.loads(Path(path).read_text())
+    validate(doc)
+    return {f["name"]: f for f in doc["figures"]}
+
+
 def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:
     """Every results document under ``root`` (the verification ledger excluded)."""
     root = Path(root) if root else results_dir()

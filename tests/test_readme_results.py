@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from t4lib import readme_results as R
+from t4lib import readme_results as R, results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,7 +16,7 @@ def test_readme_table_is_what_the_results_generate():
 
 
 def test_placeholders_format_figures_and_name_what_is_missing(tmp_path):
-    fig = {"name": "k/t", "value": 1298.62, "unit": "us", "tag": "ESTIMATED"}
+    fig = results.figure("k/t", 1298.62, "us", "ESTIMATED", "s", note="m")   # files are validated on read
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "a.json").write_text(json.dumps({"schema": 1, "figures": [fig]}))
     assert R.render("| {{dev/a.json|k/t|.0f}} us = {{dev/a.json|k/t|.2f*0.001}} ms |", tmp_path) == "| 1299 us = 1.30 ms |"

@@ -45,13 +45,21 @@ def _group_scales(wg: torch.Tensor) -> torch.Tensor:
     return torch.where(s > 0, s, torch.ones_like(s))
 
 
-def quantize_rtn(weight: torch.Tensor, group_size: int = 128) -> QuantizedWeight:
-    """Round-to-nearest: ``weight [N, K]`` (fp16/bf16/fp32, any device) -> :class:`QuantizedWeight`."""
-    N, K = _check_weight(weight, group_size)
+def rtn_codes(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The round-to-nearest rule, unpacked and unchecked: ``weight [N, K]`` -> ``(q [N, K] int8 in
+    [-8, 7], scales [N, K/group_size] fp16)``. :func:`quantize_rtn` validates, then packs these."""
+    N, K = weight.shape
     w = weight.detach().to(torch.float32).reshape(N, K // group_size, group_size)
     s = _group_scales(w)
     q = torch.clamp(torch.round(w / s.to(torch.float32)[..., None]), QMIN, QMAX).to(torch.int8)
-    return QuantizedWeight(pack_int4_rows(q.reshape(N, K)), s.contiguous(), N, K, group_size)
+    return q.reshape(N, K), s
+
+
+def quantize_rtn(weight: torch.Tensor, group_size: int = 128) -> QuantizedWeight:
+    """Round-to-nearest: ``weight [N, K]`` (fp16/bf16/fp32, any device) -> :class:`QuantizedWeight`."""
+    N, K = _check_weight(weight, group_size)
+    q, s = rtn_codes(weight, group_size)
+    return QuantizedWeight(pack_int4_rows(q), s.contiguous(), N, K, group_size)
 
 
 def quantize_gptq(weight: torch.Tensor, hessian: torch.Tensor, group_size: int = 128, *, damp: float = 0.01,

@@ -18,7 +18,6 @@ the batch's longest reference. Rates are generated tokens (up to EOS) per second
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from pathlib import Path
@@ -60,8 +59,7 @@ def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
         raise ValueError(f"kind must be one of {sorted(PROMPT_FILES)}, got {kind!r}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    with open(corpus.data_dir() / PROMPT_FILES[kind]) as f:
-        recs = [json.loads(line) for _, line in zip(range(n), f)]
+    recs = corpus.load_jsonl(PROMPT_FILES[kind])[:n]
     texts = [schema.math_prompt(r["question"]) if kind == "open" else schema.copy_prompt(r["instruction"], r["input"])
              for r in recs]
     return [tok(t)["input_ids"] for t in texts]

@@ -57,13 +57,13 @@ def load_eval_records(source: str, *, split: str = "test", n: int | None = None,
 
 
 def _external_records(source: str, split: str) -> list[dict]:
-    import json
+    from ..models import corpus
 
     p = Path(source)
     if p.suffix == ".jsonl":
         if not p.is_file():
             raise FileNotFoundError(f"source {source!r} is not a file")
-        rows = [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
+        rows = corpus.load_jsonl(p.name, root=p.parent)
     else:
         from datasets import load_dataset
         rows = list(load_dataset(source, split=split))

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import time
 from collections import defaultdict
@@ -37,6 +36,7 @@ import torch
 
 from ..models import corpus, schema
 from . import data, rewards as R
+from .evaluate import wilson
 from .cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
 from .importance import importance_weights, mismatch_metrics
 from .rollout import RolloutModel, sample_groups
@@ -85,17 +85,6 @@ def calibration_ids(tokenizer, n_docs: int = 64, seq_len: int = 64, seed: int = 
 
 
 # ----------------------------------------------------------------------------- evaluation
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a rate k / n."""
-    if n <= 0:
-        return (float("nan"), float("nan"))
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
-
 
 def _rate(k, n):
     lo, hi = wilson(k, n)

@@ -189,11 +189,11 @@ def _fill(mod: nn.Module, w: torch.Tensor, b: torch.Tensor | None) -> None:
 
 def rtn_dequantized(w: torch.Tensor, group_size: int) -> torch.Tensor:
     """``quantize_rtn(w, group_size).dequantize()`` without packing the nibbles: ``fp16(q * s)``."""
+    from ..quant.w4a16 import rtn_codes
+
     N, K = w.shape
-    wg = w.detach().float().reshape(N, K // group_size, group_size)
-    s = (wg.abs().amax(dim=-1) / 7.5).to(torch.float16)  # the W4A16 RTN scale: absmax / 7.5 in fp16, never 0
-    s = torch.where(s > 0, s, torch.ones_like(s)).float()[..., None]
-    return (torch.clamp(torch.round(wg / s), -8, 7) * s).to(torch.float16).reshape(N, K)
+    q, s = rtn_codes(w, group_size)
+    return (q.float().reshape(N, K // group_size, group_size) * s.float()[..., None]).to(torch.float16).reshape(N, K)
 
 
 def check_groups(prompt_ids: list, num_generations: int) -> None:
@@ -240,14 +240,14 @@ def sample_groups(engine, prompt_ids: list[list[int]], num_generations: int, max
 # ----------------------------------------------------------------------------- measurements
 
 def qwen15_shape_model(device="cuda", dtype=torch.float16, num_hidden_layers: int = 28):
-    """A Qwen2.5-1.5B-shaped Qwen2 model with random weights (no hub needed): 1536 hidden, 8960 MLP,
-    12 heads / 2 KV heads, 151936 vocabulary, tied embeddings."""
+    """A Qwen2.5-1.5B-shaped Qwen2 model (:data:`t4lib.train.lora_bench.QWEN25_15B`) with random
+    weights (no hub needed)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    cfg = Qwen2Config(hidden_size=1536, intermediate_size=8960, num_hidden_layers=num_hidden_layers,
-                      num_attention_heads=12, num_key_value_heads=2, vocab_size=151936,
-                      max_position_embeddings=4096, tie_word_embeddings=True, eos_token_id=151643,
-                      pad_token_id=151643, bos_token_id=151643)
+    from .lora_bench import QWEN25_15B
+
+    cfg = Qwen2Config(**dict(QWEN25_15B, num_hidden_layers=num_hidden_layers, eos_token_id=151643,
+                             pad_token_id=151643, bos_token_id=151643))
     torch.manual_seed(0)
     with torch.device(device):  # initialise on the device: a CPU init of 1.5B parameters takes long
         return AutoModelForCausalLM.from_config(cfg, dtype=dtype).eval()
