@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 # PEFT warns on every layer type it does not know, even when a custom module is registered for it.
 warnings.filterwarnings("ignore", message=r"Unsupported layer type .*QuantLinear")
+# TRL and PEFT still call the pre-5.x name; the rename is theirs to follow, not a user's
+warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
 
 #: the seven projections of a Qwen2/Llama decoder layer
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -99,11 +101,15 @@ def sft_config(s: SFTSettings, output_dir: str, device_type: str):
     from trl import SFTConfig
 
     cuda = device_type == "cuda"
+    # transformers 5.x renames gradient_checkpointing (TRL turns it on by default); the old name warns there
+    names = {f.name for f in fields(SFTConfig)}
+    no_ckpt = {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
     return SFTConfig(
         output_dir=output_dir, num_train_epochs=s.epochs, max_steps=s.max_steps,
         per_device_train_batch_size=s.batch_size, learning_rate=s.lr, lr_scheduler_type="cosine",
-        warmup_steps=float(s.warmup_ratio),  # a float in [0, 1): a ratio of the steps weight_decay=s.weight_decay, max_length=s.max_length,
-        completion_only_loss=True, packing=False, gradient_checkpointing=False,
+        warmup_steps=float(s.warmup_ratio),  # a float in [0, 1): a ratio of the steps
+        weight_decay=s.weight_decay, max_length=s.max_length,
+        completion_only_loss=True, packing=False, **no_ckpt,
         fp16=cuda, bf16=False, use_cpu=not cuda,   # fp16 autocast: what a T4 has
         logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=s.seed,
         data_seed=s.seed, dataloader_num_workers=0, **s.extra)
