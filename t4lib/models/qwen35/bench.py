@@ -11,7 +11,8 @@ choice for Qwen3.5; its version is recorded), greedy ``model.generate``, the sam
 prompt length and token count; its decode rate is ``(new - 1) / (t(new) - t(1))``.
 
 Run on a GPU machine: ``python -m t4lib.models.qwen35.bench --out results/<device-slug>``
-(writes ``qwen35_engine.json``; ``--quick`` for fewer tokens, ``--no-hf`` to skip the baseline).
+(writes ``qwen35_engine.json``; ``--quick`` for fewer tokens, ``--no-hf`` to skip the baseline,
+``--checks-only`` for the CUDA-path checks alone).
 """
 from __future__ import annotations
 
@@ -384,20 +385,39 @@ def run(out_dir: str | Path, quick: bool = False, hf_baseline: bool = True, prom
     return figs, meta
 
 
+def write_checks(out_dir: str | Path) -> dict:
+    """:func:`gpu_checks` alone, as figures in ``out_dir/qwen35_engine_gpu_checks.json``."""
+    checks = gpu_checks()
+    env = results.environment()
+    note = "27B widths, 8 layers, random weights in the 27B mix, 32 greedy tokens; rel_err = max|d|/max|logit|"
+    figs = [results.figure(f"qwen35_engine/gpu_checks/{k}/{stat}", float(v[stat]), unit, "MEASURED", SOURCE,
+                           env=env, note=note)
+            for k, v in checks.items() if isinstance(v, dict)
+            for stat, unit in (("rel_err", "max|d|/max|logit|"), ("same_tokens", "bool"),
+                               ("same_tokens_fraction", "fraction")) if stat in v]
+    results.write(Path(out_dir) / "qwen35_engine_gpu_checks.json", figs, checks=checks)
+    return checks
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=None, help="output folder (default results/<device-slug>)")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--no-hf", action="store_true")
+    ap.add_argument("--checks-only", action="store_true",
+                    help="only the CUDA-path checks (qwen35_engine_gpu_checks.json), no timing")
     a = ap.parse_args(argv)
     out = a.out or results.results_dir() / hw.device_slug()
+    if a.checks_only:
+        checks = write_checks(out)
+        print("gpu_checks:", checks)
+        return 0 if checks.get("passed") else 1
     figs, meta = run(out, quick=a.quick, hf_baseline=not a.no_hf)
     for f in figs:
         print(f"{f['name']:60s} {f['value']:.4g} {f['unit']} [{f['tag']}]")
     print("gpu_checks:", meta.get("gpu_checks"))
     print("errors:", meta["errors"] or "none")
     return 1 if meta["errors"] or not meta.get("gpu_checks", {}).get("passed") else 0
-    return 0
 
 
 if __name__ == "__main__":

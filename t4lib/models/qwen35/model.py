@@ -151,8 +151,8 @@ class Linear:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dtype == torch.float32:   # the yardstick: W in fp32, kept after first use (small models)
-            if self._w32 is None:
-                self._w32 = self.dequantized()
+            if self._w32 is None:   # the layout's CPU reference dequantizes on the host
+                self._w32 = self.dequantized().to(x.device)
             return x @ self._w32.t()
         if self.w is not None:
             return (x.to(self.w.dtype) @ self.w.t()).to(x.dtype)
