@@ -56,7 +56,8 @@ def _verify(args) -> int:
     from . import verify
 
     entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench, sanitizer_timeout=args.sanitize_timeout,
-                       shards=args.sanitize_shards, resume=args.resume)
+                       shards=args.sanitize_shards, resume=args.resume,
+                       sanitize_families=args.sanitize_families)
     print(json.dumps({"device": entry["device"], "sources_sha256": entry["sources_sha256"],
                       "checks": entry["checks"], "gpu_tests": entry["gpu_tests"]["counts"],
                       "sanitizers_clean": entry.get("sanitizers_clean", "not run"),
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--resume", action="store_true",
                    help="keep this device's ledger entry for the current sources; re-run only the sanitizer "
                         "runs that did not finish clean")
+    v.add_argument("--sanitize-families", nargs="+", metavar="FAMILY",
+                   help="with --sanitize: only these kernel families' test files (the entry records which)")
     v.add_argument("--no-bench", action="store_true")
     be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
     be.add_argument("names", nargs="*")

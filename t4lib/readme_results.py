@@ -4,13 +4,20 @@ The table's text lives in ``readme_results.md`` beside this module; every number
 in it that a results file holds is a placeholder ``{{FILE|FIGURE|FORMAT}}``:
 ``FILE`` relative to ``results/``, ``FIGURE`` a figure's name in it, ``FORMAT`` a
 Python format spec, optionally followed by ``*SCALE`` (``{{nvidia-h200/x.json|
-k/t4_projection|.2f*0.001}}``: microseconds shown as milliseconds). ``render``
+k/t4_projection|.2f*0.001}}``: microseconds shown as milliseconds). Two other
+records hold figures that are not results files, and are read by key path
+(dot-separated keys, a trailing ``#`` for a list's length): the GPU verification
+ledger (``FILE`` under ``verification/``, e.g. ``{{verification/nvidia-h200.json|
+gpu_tests.counts.passed|d}}``) and the local models' training records (``FILE``
+``data:models/<name>/training_record.json``, relative to the repository's data
+folder). ``render``
 fills them in; ``python -m t4lib report --readme README.md`` rewrites the
 README's section between ``BEGIN`` and ``END``, and a test fails when the two
 differ.
 """
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -23,11 +30,28 @@ END = "<!-- end of the generated results table -->"
 _FIELD = re.compile(r"\{\{([^|{}]+)\|([^|{}]+)\|([^|{}]*)\}\}")
 
 
-def _value(root: Path, cache: dict, file: str, name: str) -> float:
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def _record(path: Path, file: str, key_path: str):
+    """The value at ``key_path`` (``a.b.c``; a trailing ``#``: the length of the list there)."""
+    count = key_path.endswith("#")
+    v = json.loads(path.read_text())
+    for key in key_path.rstrip("#").split("."):
+        if not isinstance(v, dict) or key not in v:
+            raise KeyError(f"{file} holds no {key_path!r} (no key {key!r}; named in {TEMPLATE.name})")
+        v = v[key]
+    return len(v) if count else v
+
+
+def _value(root: Path, cache: dict, file: str, name: str):
+    record = file.startswith("data:") or file.startswith("verification/")
+    path = DATA / file[len("data:"):] if file.startswith("data:") else root / file
+    if not path.is_file():
+        raise KeyError(f"{'record' if record else 'results file'} {file} (named in {TEMPLATE.name}) does not exist")
+    if record:
+        return _record(path, file, name)
     if file not in cache:
-        path = root / file
-        if not path.is_file():
-            raise KeyError(f"results file {file} (named in {TEMPLATE.name}) does not exist")
         cache[file] = results.figures_by_name(path)
     if name not in cache[file]:
         raise KeyError(f"{file} holds no figure {name!r} (named in {TEMPLATE.name})")

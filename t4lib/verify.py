@@ -158,9 +158,14 @@ def _collect(target: str, marker: str) -> list[str]:
     return [ln.strip() for ln in proc.stdout.splitlines() if ln.startswith(target + "::")]
 
 
-def _sanitizer_targets() -> list[str]:
-    """Every kernel family's own GPU tests (tests/test_<family>*.py), small by design."""
-    return sorted({str(p.relative_to(REPO)) for fam in _build.families()
+def _sanitizer_targets(families: list[str] | None = None) -> list[str]:
+    """The kernel families' own GPU tests (tests/test_<family>*.py), small by design: every
+    family's, or those of ``families`` (ValueError naming one that is not a family)."""
+    known = _build.families()
+    unknown = sorted(set(families or ()) - set(known))
+    if unknown:
+        raise ValueError(f"sanitize families: {unknown} are not kernel families ({known})")
+    return sorted({str(p.relative_to(REPO)) for fam in (families or known)
                    for p in (REPO / "tests").glob(f"test_{fam}*.py")})
 
 
@@ -224,8 +229,12 @@ def _summarize(files: dict) -> dict:
 
 
 def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
-        sanitizer_timeout: int = 240, shards: int = 1, resume: bool = False) -> dict:
+        sanitizer_timeout: int = 240, shards: int = 1, resume: bool = False,
+        sanitize_families: list[str] | None = None) -> dict:
     """Run the whole verification on the current GPU and write the ledger entry.
+
+    ``sanitize_families``: run the sanitizers over these families' tests only (the entry's
+    ``sanitizer_targets`` says which ran; the others are not covered by this entry).
 
     ``resume``: when this device's ledger entry already verifies the current
     sources, keep its builds, tests, KATs and bench, and re-run under the
@@ -282,7 +291,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
 
     # 4. sanitizers over the GPU tests
     if sanitize:
-        targets = _sanitizer_targets()
+        targets = _sanitizer_targets(sanitize_families)
         entry["sanitizer_targets"] = targets
         entry["sanitizers"] = _summarize(_sanitize(targets, sanitizer_timeout, shards=shards))
         # Recorded beside, not inside, `passed`: a sanitizer run that times out says

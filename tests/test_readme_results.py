@@ -33,3 +33,19 @@ def test_update_rewrites_only_the_generated_section(tmp_path):
     text = readme.read_text()
     assert text.startswith("intro\n") and text.endswith(f"{R.END}\nrest\n") and R.section(text) == R.render()
     assert not R.update(readme)
+
+
+def test_records_are_read_by_key_path(tmp_path):
+    (tmp_path / "verification").mkdir()
+    (tmp_path / "verification" / "dev.json").write_text(json.dumps(
+        {"gpu_tests": {"counts": {"passed": 12}}, "sanitizer_targets": ["a", "b", "c"], "sources_sha256": "abcdef0123"}))
+    got = R.render("{{verification/dev.json|gpu_tests.counts.passed|d}} passed, "
+                   "{{verification/dev.json|sanitizer_targets#|d}} files, {{verification/dev.json|sources_sha256|.6}}",
+                   tmp_path)
+    assert got == "12 passed, 3 files, abcdef"
+    with pytest.raises(KeyError, match="no key 'failed'"):
+        R.render("{{verification/dev.json|gpu_tests.counts.failed|d}}", tmp_path)
+    rec = json.loads((R.DATA / "models" / "tiny-cpu" / "training_record.json").read_text())
+    assert R.render("{{data:models/tiny-cpu/training_record.json|n_params|d}}") == str(rec["n_params"])
+    with pytest.raises(KeyError, match="does not exist"):
+        R.render("{{data:models/none/training_record.json|n_params|d}}")

@@ -201,3 +201,11 @@ def test_a_verify_run_writes_an_entry_check_ledger_accepts(ledger, monkeypatch, 
     assert not entry["passed"]
     ok, why = verify.check_ledger()
     assert not ok and "1 GPU tests failed or errored" in why
+
+
+def test_sanitizer_targets_for_chosen_families():
+    every = verify._sanitizer_targets()
+    assert every and all(t.startswith("tests/test_") for t in every)
+    assert verify._sanitizer_targets(["int3"]) == ["tests/test_int3.py"]
+    with pytest.raises(ValueError, match=r"\['nope'\] are not kernel families"):
+        verify._sanitizer_targets(["int3", "nope"])
