@@ -5,15 +5,18 @@
 // GEMV: y[m, n] = sum_k x[m, k] W[n, k] through kernels/gemv.cuh. Two entry
 // points: t4_gguf_gemv_packed (Q8_0, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS in the
 // aligned GEMV layout of t4lib/ops/gguf/packing.py, traits in
-// gguf_formats.cuh), and
+// gguf_gemv_fp16.cuh), and
 // t4_gguf_gemv on W as GGUF lays it out (row n = K / kValues contiguous
 // blocks) for every format: that trait decodes a 32-value chunk with the same
 // per-format routine as the bulk path (byte loads), rounds to fp16 and feeds
 // the template's fp16-partial / fp32-accumulate dot.
 // Int8 activations (opt-in): t4_gguf_quantize_x8 then t4_gguf_gemv_packed_x8, the
-// GEMV-layout formats' X8 traits (DP4A on int8 x, see gguf_formats.cuh).
+// GEMV-layout formats' X8 traits (DP4A on int8 x, see gguf_gemv_int8.cuh).
+// Raw block decoders (bulk and as-stored GEMV): gguf_blocks.cuh.
 #include "gemv.cuh"
-#include "gguf_formats.cuh"
+#include "gguf_blocks.cuh"
+#include "gguf_gemv_fp16.cuh"
+#include "gguf_gemv_int8.cuh"
 
 // t4lib:hot gguf_dequant_kernel gemv_kernel quantize_x8_kernel
 

@@ -278,7 +278,7 @@ def test_gemv_layout_cache_follows_the_tensor():
 
 @pytest.fixture(scope="module")
 def host_check(tmp_path_factory):
-    """The GEMV-layout traits of kernels/gguf_formats.cuh compiled for the CPU."""
+    """The GEMV-layout traits of kernels/gguf_gemv_fp16.cuh and gguf_gemv_int8.cuh compiled for the CPU."""
     from t4lib import _build
 
     try:

@@ -12,7 +12,9 @@
 // GGUF Q8_0 in the library's GEMV layout (PQ8_0) the same way: its int8 quants meet x's int8 directly
 // (x in value order), y += d_w d_x dp4a-sum per 32-value block.
 #include "w4a16.cu"
-#include "gguf_formats.cuh"
+#include "gguf_blocks.cuh"
+#include "gguf_gemv_fp16.cuh"
+#include "gguf_gemv_int8.cuh"
 #include "lab_tuning.cuh"
 
 namespace {

@@ -2,7 +2,9 @@
 // tools/gemv_lab/gguf_lab.py (not part of the library). A variant is the
 // library's trait with other Tuning knobs: R rows per warp, U chunks per load
 // stage, PIPE (two register stages), MB (minimum CTAs per SM).
-#include "gguf_formats.cuh"
+#include "gguf_blocks.cuh"
+#include "gguf_gemv_fp16.cuh"
+#include "gguf_gemv_int8.cuh"
 #include "lab_tuning.cuh"
 
 namespace {

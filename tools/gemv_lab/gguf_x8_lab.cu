@@ -1,4 +1,4 @@
-// The library's int8-activation GGUF traits (kernels/gguf_formats.cuh, GEMV layout) under other launch knobs at
+// The library's int8-activation GGUF traits (kernels/gguf_gemv_int8.cuh, GEMV layout) under other launch knobs at
 // M = 1, for tools/gemv_lab/gguf_x8_lab.py (not part of the library). Which lane sums which chunk does not
 // depend on U, the register stages or the CTAs per SM; R can change the K split (through the number of
 // row groups), and with it the order of the fp32 sums.

@@ -1,6 +1,6 @@
 """Q5_K and Q3_K: the library's GEMV layout against the same blocks read as GGUF stores them (not part of the
 library). The layouts began here as lab traits (their record left with their source); the library now holds them
-(kernels/gguf_formats.cuh PK45 / PQ3_K, t4lib/ops/gguf/packing.py), checked on the CPU by tests/test_gguf.py.
+(kernels/gguf_gemv_fp16.cuh PK45 / PQ3_K, t4lib/ops/gguf/packing.py), checked on the CPU by tests/test_gguf.py.
 
     python tools/gemv_lab/layout_lab.py [Q5_K,Q3_K]   # GPU: check, then time (writes $OUT/layout_lab.json)
 

@@ -1,4 +1,4 @@
-// CPU run of the GEMV-layout traits of kernels/gguf_formats.cuh (they are
+// CPU run of the GEMV-layout traits of kernels/gguf_gemv_fp16.cuh and gguf_gemv_int8.cuh (they are
 // __host__ __device__) over host_walk.cuh's emulation of gemv.cuh's lane walk,
 // for tests/test_gguf.py. argv: type N K M R packed.bin x.bin y.bin [xs.bin]
 // (y fp32 [M, N]); with xs.bin, x.bin is int8 x and the type's int8-activation

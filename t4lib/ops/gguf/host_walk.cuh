@@ -1,6 +1,6 @@
 // CPU emulation of gemv.cuh's lane/chunk walk of one warp over a
 // __host__ __device__ GEMV trait, and the file I/O of a host check: shared by
-// host_check.cu (the GEMV-layout traits of kernels/gguf_formats.cuh) and the
+// host_check.cu (the GEMV-layout traits of kernels/gguf_gemv_fp16.cuh and gguf_gemv_int8.cuh) and the
 // GEMV labs (tools/gemv_lab) that check a new trait on the CPU.
 // host_main<Pick>(argc, argv): argv = type N K M R packed.bin x.bin y.bin [xs.bin]
 // (y fp32 [M, N]); Pick(type, M, R, w, acts, y) runs dispatch<Trait> for the type
@@ -12,7 +12,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-#include "gguf_formats.cuh"
+#include "gguf_blocks.cuh"
+#include "gguf_gemv_fp16.cuh"
+#include "gguf_gemv_int8.cuh"
 
 namespace t4 {
 namespace gguf {

@@ -3,8 +3,8 @@
 Each function maps raw blocks ``[n_blocks, bytes_per_block]`` uint8 to
 ``[n_blocks, values_per_block]`` float32, computing the same fp32 products in
 the same order as gguf-py's ``gguf.quants.dequantize`` (and the CUDA traits in
-kernels/gguf_formats.cuh), so all three agree bit for bit. The IQ3_S grid is
-read from kernels/gguf_formats.cuh, the table the kernel uses.
+kernels/gguf_blocks.cuh), so all three agree bit for bit. The IQ3_S grid is
+read from kernels/gguf_blocks.cuh, the table the kernel uses.
 """
 from __future__ import annotations
 
@@ -44,12 +44,12 @@ def _i(x: torch.Tensor) -> torch.Tensor:
 
 @functools.lru_cache(maxsize=None)
 def iq3s_grid() -> torch.Tensor:
-    """[512, 4] int32 magnitudes, parsed from kernels/gguf_formats.cuh."""
-    text = (_build.kernels_dir() / "gguf_formats.cuh").read_text()
+    """[512, 4] int32 magnitudes, parsed from kernels/gguf_blocks.cuh."""
+    text = (_build.kernels_dir() / "gguf_blocks.cuh").read_text()
     body = re.search(r"kIQ3SGrid\[512\]\s*=\s*\{(.*?)\};", text, re.S).group(1)
     words = torch.tensor([int(w, 16) for w in re.findall(r"0x([0-9a-fA-F]{8})", body)], dtype=torch.int64)
     if words.numel() != 512:
-        raise RuntimeError(f"IQ3_S grid in gguf_formats.cuh has {words.numel()} entries, expected 512")
+        raise RuntimeError(f"IQ3_S grid in gguf_blocks.cuh has {words.numel()} entries, expected 512")
     return torch.stack([(words >> (8 * t)) & 0xFF for t in range(4)], dim=1).to(torch.int32)
 
 
