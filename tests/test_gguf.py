@@ -229,7 +229,7 @@ def test_gemv_layout_support_and_errors():
 
 def test_bench_reports_every_format_under_the_layout_it_runs():
     """The GEMV bench labels a format 'gemv' exactly when gguf_gemv takes the GEMV layout at its shapes."""
-    from t4lib.ops.deltanet.bench import FFN, GEMV_FORMATS, HIDDEN, RAW_GEMV_FORMATS
+    from t4lib.ops.gguf.bench import FFN, GEMV_FORMATS, HIDDEN, RAW_GEMV_FORMATS
 
     assert sorted(GEMV_FORMATS + RAW_GEMV_FORMATS) == sorted(NAMES)
     for K in (HIDDEN, FFN):

@@ -19,7 +19,7 @@ import torch
 
 from labcases import baseline_cases, time_cases, variant_case
 from labbuild import load
-from t4lib.ops.deltanet.bench import FFN, HIDDEN
+from t4lib.ops.gguf.bench import FFN, HIDDEN
 from t4lib.ops.gguf import gguf_dequant, gguf_gemv_packed, pack_for_gemv, reference as gref
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw
 from t4lib.quant.w4a16 import QuantizedWeight

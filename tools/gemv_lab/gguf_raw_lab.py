@@ -24,7 +24,7 @@ import torch
 
 from labbuild import load
 from t4lib import bench
-from t4lib.ops.deltanet.bench import FFN, HIDDEN
+from t4lib.ops.gguf.bench import FFN, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_gemv, reference as gref, type_id
 from t4lib.results import lab_record
 

@@ -18,7 +18,7 @@ import torch
 
 from labbuild import load
 from labcases import time_cases
-from t4lib.ops.deltanet.bench import FFN, HIDDEN
+from t4lib.ops.gguf.bench import FFN, HIDDEN
 from t4lib.ops.int8_activations import empty_blocks
 from t4lib.ops.gguf import binding, gguf_gemv_packed, pack_for_gemv, reference as gref, type_id
 from t4lib.results import lab_record

@@ -20,7 +20,7 @@ import sys
 import torch
 
 from t4lib import bench
-from t4lib.ops.deltanet.bench import FFN, GEMV_FORMATS, HIDDEN
+from t4lib.ops.gguf.bench import FFN, GEMV_FORMATS, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_gemv_packed, pack_for_gemv, reference as gref, type_id
 from t4lib.ops.w4a16 import gemv
 from t4lib.ops.w4a16.bench import _qbytes, _rand_qw

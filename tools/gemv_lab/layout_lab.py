@@ -15,7 +15,7 @@ import sys
 import torch
 
 from t4lib import bench
-from t4lib.ops.deltanet.bench import FFN, HIDDEN
+from t4lib.ops.gguf.bench import FFN, HIDDEN
 from t4lib.ops.gguf import FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, reference as ref
 from t4lib.ops.gguf import type_id
 from t4lib.results import lab_record

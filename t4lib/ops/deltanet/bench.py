@@ -1,15 +1,11 @@
-"""Benchmarks of issue 'qwen35 Gated DeltaNet decode': the fused decode step at
-the 27B shape (both launch shapes, against fla's fused recurrent kernel when
-installed), the GGUF dequant-GEMV at the FFN shapes, and a whole 27B-shape
-DeltaNet layer (GGUF projections + step) end to end.
+"""Benchmark of the fused Gated DeltaNet decode step at the 27B shape (both
+launch shapes, against fla's fused recurrent kernel when installed).
 
-``run(out_dir)`` writes ``out_dir/qwen35_deltanet.json`` and returns its figures.
-Each part is guarded: a failure is recorded as a note and the rest still runs.
+:func:`decode_step` returns figures and metadata; the 27B decode-components run
+that writes ``qwen35_deltanet.json`` (this step, the GGUF GEMVs, a whole layer)
+is :mod:`t4lib.models.qwen35.components_bench`.
 """
 from __future__ import annotations
-
-import traceback
-from pathlib import Path
 
 import torch
 
@@ -17,7 +13,7 @@ from ... import bench, hw, results
 from . import SPLITS, VARIANTS, gated_deltanet_decode, reference, state_bytes
 
 SOURCE = "t4lib.ops.deltanet.bench"
-H, HK, D, HIDDEN, FFN = 48, 16, 128, 5120, 17408
+H, HK, D = 48, 16, 128   # value heads, key heads, head dim of the 27B model
 
 
 def _fla():
@@ -94,89 +90,3 @@ def decode_step(B: int, quick: bool = False) -> tuple[list[dict], dict]:
     figs.append(results.figure(f"deltanet_decode/B{B}/fastest_variant_time", ours_t[best] * 1e6, "us", "ARITHMETIC",
                                SOURCE, note=f"minimum over launch shapes: {best}", variant=best))
     return figs, meta
-
-
-GEMV_FORMATS = ("Q4_K", "Q6_K", "IQ4_XS", "Q8_0", "Q5_K", "Q3_K")  # read in the GEMV layout
-RAW_GEMV_FORMATS = ("IQ4_NL", "IQ3_S")  # no GEMV layout: read as GGUF stores them
-
-
-def dequant_gemv(quick: bool = False) -> tuple[list[dict], dict]:
-    from ..gguf import FORMATS, gguf_dequant, gguf_gemv, packing, reference as gref, type_id
-
-    dev = "cuda"
-    figs, meta = [], {}
-    for N, K in ((FFN, HIDDEN), (HIDDEN, FFN)):
-        for fmt in GEMV_FORMATS + RAW_GEMV_FORMATS:
-            t = type_id(fmt)
-            nv, nb = FORMATS[t][1], FORMATS[t][2]
-            base_raw = gref.random_blocks(t, N * K // nv, seed=7, scale=0.01).reshape(-1).to(dev)
-            w16 = gguf_dequant(base_raw, t, (N, K), out_dtype=torch.float16)
-            def make():  # distinct weight copies so each call reads cold weights
-                return (base_raw.clone(), torch.randn(1, K, device=dev, dtype=torch.float16))
-
-            def make16():
-                return (w16.clone(), torch.randn(1, K, device=dev, dtype=torch.float16))
-
-            cases = {"gguf_gemv": (lambda raw, x: gguf_gemv(raw, t, x, N, K, backend="cuda"), make),
-                     "cublas_fp16": (lambda w, x: x @ w.t(), make16)}
-            if packing.supports(t, K):  # int8 activations (other numerics): quantize x, then the DP4A GEMV
-                cases["gguf_gemv_int8"] = (lambda raw, x: gguf_gemv(raw, t, x, N, K, backend="cuda",
-                                                                    activations="int8"), make)
-            nbytes = N * K // nv * nb + 2 * K + 2 * N
-            res = bench.compare(cases, baseline="cublas_fp16", bytes_moved=nbytes, rounds=3,
-                                iters=10 if quick else 20, max_sets=16)
-            prefix = f"gguf_gemv/{fmt}/N{N}_K{K}"
-            figs += bench.to_figures(res, prefix, SOURCE)
-            meta[prefix] = {"weight_bytes": N * K // nv * nb,
-                            "layout": "gemv" if packing.supports(t, K) else "gguf",  # as gguf_gemv chooses
-                            "note": "cublas_fp16 reads 2 bytes per weight; its frac_copy_bw uses the GGUF bytes"}
-            del base_raw, w16
-            torch.cuda.empty_cache()
-    return figs, meta
-
-
-def full_layer(B: int = 1, quick: bool = False) -> tuple[list[dict], dict]:
-    from ...models.qwen35 import DeltaNetLayer
-
-    dev = "cuda"
-    layers = [DeltaNetLayer.random(seed=s, device=dev) for s in range(2)]
-    it = iter(range(10_000))
-
-    def make():
-        lay = layers[next(it) % len(layers)]
-        lay.reset(B, dev)
-        return (torch.randn(B, HIDDEN, device=dev, dtype=torch.float16), lay)
-
-    def make_one():
-        lay = layers[0]
-        lay.reset(B, dev)
-        return (torch.randn(B, HIDDEN, device=dev, dtype=torch.float16), lay)
-
-    cases = {"layer_split": (lambda x, lay: lay.step(x, backend="cuda", variant="split"), make),
-             "layer_head": (lambda x, lay: lay.step(x, backend="cuda", variant="head"), make)}
-    lay = layers[0]
-    nbytes = lay.weight_bytes + state_bytes(B, H, D, D)
-    res = bench.compare(cases, baseline="layer_head", bytes_moved=nbytes, rounds=3, iters=10 if quick else 20,
-                        max_sets=2)
-    meta = {"layer_bytes": nbytes, "weight_bytes": lay.weight_bytes,
-            "formats": {"attn_qkv": "Q4_K", "attn_gate": "Q4_K", "ssm_out": "Q6_K", "alpha/beta": "fp16"},
-            "note": "two layers alternate (their weights together exceed L2 only partly: H200 L2 is 60 MB)"}
-    return bench.to_figures(res, f"deltanet_layer/B{B}", SOURCE), meta
-
-
-def run(out_dir: str | Path, quick: bool = False) -> list[dict]:
-    """All parts; writes ``out_dir/qwen35_deltanet.json``."""
-    figs = [bench.copy_bandwidth_figure(SOURCE)]
-    meta: dict = {"errors": {}}
-    parts = [("decode_B1", lambda: decode_step(1, quick)), ("decode_B4", lambda: decode_step(4, quick)),
-             ("gemv", lambda: dequant_gemv(quick)), ("layer_B1", lambda: full_layer(1, quick))]
-    for name, fn in parts:
-        try:
-            f, m = fn()
-            figs += f
-            meta[name] = m
-        except Exception as e:  # one failure must not kill the rest
-            meta["errors"][name] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=4)}"
-        torch.cuda.empty_cache()
-    results.write(Path(out_dir) / "qwen35_deltanet.json", figs, **meta)
-    return figs
