@@ -48,13 +48,25 @@ def families() -> list[str]:
     return sorted(p.stem for p in kernels_dir().glob("*.cu"))
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
 def sources(family: str) -> list[Path]:
-    """The family's .cu and every shared header (a header change rebuilds all)."""
+    """The family's .cu and the headers of kernels/ it includes, directly or through another
+    header (a header change rebuilds exactly the families that include it)."""
     d = kernels_dir()
     cu = d / f"{family}.cu"
     if not cu.is_file():
         raise BuildError(f"unknown kernel family {family!r}; known: {families()}")
-    return [cu, *sorted(d.glob("*.cuh"))]
+    seen: list[Path] = []
+    todo = [cu]
+    while todo:
+        for name in _INCLUDE.findall(todo.pop().read_text()):
+            h = d / name
+            if h.is_file() and h not in seen:
+                seen.append(h)
+                todo.append(h)
+    return [cu, *sorted(seen)]
 
 
 def source_hash(family: str, flags: list[str] | None = None) -> str:

@@ -66,3 +66,14 @@ def test_cache_key_changes_with_source(tmp_path, monkeypatch):
     h1 = _build.source_hash("k")
     (tmp_path / "k.cu").write_text("// b\n")
     assert _build.source_hash("k") != h1
+
+
+def test_sources_are_the_headers_a_family_includes():
+    """A header change rebuilds exactly the families that include it, directly or through another header."""
+    gguf = [p.name for p in _build.sources("gguf")]
+    assert gguf[0] == "gguf.cu" and {"common.cuh", "gemv.cuh", "gguf_blocks.cuh", "gguf_gemv_fp16.cuh",
+                                     "gguf_gemv_int8.cuh"} <= set(gguf)
+    assert "gguf_blocks.cuh" not in [p.name for p in _build.sources("int4")]
+    every_header = {p.name for p in _build.kernels_dir().glob("*.cuh")}
+    included = {p.name for fam in _build.families() for p in _build.sources(fam)[1:]}
+    assert included == every_header, f"headers no family includes: {sorted(every_header - included)}"
