@@ -153,6 +153,65 @@ def test_draft_model_drafter(tiny_cpu):
     assert r.stats.acceptance_rate > 0.9 and r.stats.tokens_per_forward > 3.0
 
 
+class _ReplayEager:
+    """Stands in for a captured CUDA graph on CPU: replaying runs the captured step eagerly."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def replay(self):
+        self.fn()
+
+
+def test_graph_path_buffers_emulated_on_cpu(tiny_cpu, monkeypatch):
+    """Everything of the CUDA-graph path but the capture, on CPU: the prefill, verify and plain-step graphs
+    replaced by eager replays of the very steps they would capture (static input/output buffers, the last-token
+    gather of the prefill) and the staging buffers by plain CPU tensors: the same tokens as plain greedy at batch 1
+    and ragged batch 4, with the prefill 'graph' used for every call and one per prompt bucket."""
+    model, _, prompts, refs = tiny_cpu
+
+    def capture_all(self, st):
+        st.graphs = {0: _ReplayEager(lambda: self._plain_step(st))}
+        st.graphs.update({k + 1: _ReplayEager((lambda q: lambda: self._verify_step(st, q))(k + 1)) for k in self.ks})
+        st.h_pos = torch.zeros(st.B, dtype=torch.long)
+        st.h_ids = {q: torch.zeros(st.B, q, dtype=torch.long) for q in st.ids}
+
+    def capture_prefill(self, st, T):
+        st.pf_ids[T] = torch.zeros(st.B, T, dtype=torch.long)
+        if st.pf_last is None:
+            st.pf_last = torch.zeros(st.B, dtype=torch.long)
+        st.prefill_graphs[T] = _ReplayEager(lambda: self._prefill_step(st, T))
+
+    monkeypatch.setattr(SpeculativeEngine, "_capture_all", capture_all)
+    monkeypatch.setattr(SpeculativeEngine, "_capture_prefill", capture_prefill)
+    eng = spec(model, max_batch_size=4, ks=(1, 2, 4, 8), compile=False, prefill_bucket=8)
+    eng.use_graph = True   # the CUDA-only switch, set past the constructor's device check
+    for p, ref in zip(prompts[:4], refs[:4]):
+        r = eng.generate([p], MAX_NEW, eos_token_id=EOS)
+        assert r.new_tokens[0] == ref and r.stats.prefill_graph and r.graph
+    assert len(eng._states[1].prefill_graphs) == len({-(-len(p) // 8) for p in prompts[:4]}) > 1
+    r = eng.generate(prompts[:4], MAX_NEW, eos_token_id=EOS)
+    assert r.new_tokens == refs[:4] and r.stats.prefill_graph and r.stats.plain_steps + r.stats.drafted > 0
+
+
+def test_draft_model_greedy_proposals(tiny_cpu):
+    """The draft model's greedy proposals for a ragged batch of contexts (one decoder call: bucket prefill, then
+    plain steps) are its own plain greedy continuations, cut after EOS; k above k_max is cut to k_max; a context
+    that fills max_len gets no draft."""
+    model, _, prompts, refs = tiny_cpu
+    d = DraftModelDrafter(model, max_len=160, eos_token_id=EOS, k_max=6)
+    ctxs = [p + r[:j] for p, r, j in zip(prompts[:4], refs[:4], (0, 3, 5, 1))]
+    got = d.propose(ctxs, 8)
+    se = StaticEngine(model, max_len=160)
+    for c, g in zip(ctxs, got):
+        r = se.generate(torch.tensor([c]), 6, eos_token_id=EOS)
+        assert g == r.new_tokens[0, :r.lengths[0]].tolist()
+    assert max(map(len, got)) == 6
+    assert d.propose([list(range(2, 162))], 4) == [[]]
+    with pytest.raises(ValueError, match="k_max"):
+        DraftModelDrafter(model, k_max=0)
+
+
 def test_adaptive_k_rule(tiny_cpu):
     """The expected-tokens-per-cost rule: flat verify cost and good acceptance -> the largest k; poor
     acceptance -> plain steps; cost growing with q -> a shorter draft."""
@@ -184,6 +243,41 @@ def test_prompt_lookup_longest_ngram_first():
         PromptLookupDrafter(min_ngram=0)
     with pytest.raises(ValueError, match="max_ngram"):
         PromptLookupDrafter(max_ngram=1, min_ngram=2)
+
+
+def _lookup_windows(tokens, k, max_ngram=3, min_ngram=1):
+    """The n-gram search written plainly (NumPy windows per n): the semantics the fast lookup must keep."""
+    t = np.asarray(tokens, dtype=np.int64)
+    L = len(t)
+    for n in range(min(max_ngram, L - 1), min_ngram - 1, -1):
+        win = np.lib.stride_tricks.sliding_window_view(t[:L - 1], n)
+        hits = np.flatnonzero((win == t[L - n:]).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + n
+            return t[start:start + k].tolist()
+    return []
+
+
+@pytest.mark.parametrize("vocab", [5, 60, 1 << 20])
+def test_prompt_lookup_matches_plain_search(vocab):
+    """The byte search equals the plain window search on random contexts: small vocabularies (many matches),
+    and ids above 2^16 whose bytes can match across token boundaries (which must be skipped)."""
+    rng = np.random.default_rng(vocab)
+    d = PromptLookupDrafter(max_ngram=3, min_ngram=1)
+    hits = 0
+    for _ in range(300):
+        L = int(rng.integers(1, 80))
+        if vocab > 1000:   # tokens whose byte patterns overlap: 0x0001_0000 + small, 0x0100 + ...
+            ctx = rng.choice([65536, 65537, 256, 1, 16777216, 257], size=L).tolist()
+        else:
+            ctx = rng.integers(0, vocab, size=L).tolist()
+        k = int(rng.integers(1, 9))
+        want = _lookup_windows(ctx, k)
+        assert d.lookup(ctx, k) == want, (ctx, k)
+        hits += bool(want)
+    assert hits > 50
+    # a match only across token boundaries is no match: bytes of [1, 256] contain those of 65536
+    assert d.lookup([1 << 16 | 1, 1 << 8, 7, 65536], 2) == [] and _lookup_windows([65537, 256, 7, 65536], 2) == []
 
 
 def _chisquare_p(observed, expected) -> float:
@@ -521,6 +615,29 @@ def test_load_prompts_copy_long(tiny_cpu):
         bench.load_prompts(tok, "copy_long", 0)
 
 
+def test_bench_runs_on_cpu(tmp_path):
+    """The benchmark's code paths (references, both engines, Hugging Face, batch > 1, the draft model, the
+    results file) on CPU with fp32 tiny-cpu: every output identical to plain greedy, each engine's time split
+    recorded, and the figures the issue names present (CPU times mean nothing and are not kept)."""
+    from t4lib import results
+    out = bench.run(tmp_path, n_prompts=3, max_new=12, batch=2, device="cpu", quick=True, target="tiny-cpu",
+                    draft="tiny-cpu", hf_prompts=2, log=lambda *a: None)
+    doc = json.loads((tmp_path / "speculative.json").read_text())
+    results.validate(doc)
+    assert not out["errors"]
+    figs = {f["name"]: f["value"] for f in doc["figures"]}
+    assert figs["speculative/exact/identical_fraction"] == 1.0
+    for name in ("pld/b1/speedup_vs_engine_greedy", "pld/b1/decode_speedup_vs_engine_greedy", "pld/b1/prefill_s",
+                 "engine_greedy/copy/b1/first_token_s", "pld/b1/speedup_vs_hf_pld", "pld/b2/speedup_vs_engine_greedy",
+                 "open_ended/b1/speedup_vs_engine_greedy", "draft_model/b1/tokens_per_forward"):
+        assert figs["speculative/" + name] > 0, name
+    split = doc["details"]["engine_greedy_b1_split"]["copy"]
+    assert 0 < split["ttft_s"] + split["decode_s"] <= split["total_s"]
+    assert doc["details"]["pld_b1"]["copy"]["stats"]["prefill_graph"] is False   # no graphs on CPU
+    with pytest.raises(ValueError, match="hf_prompts"):
+        bench.run(tmp_path, hf_prompts=0, device="cpu")
+
+
 # ---------------------------------------------------------------------- GPU
 def _gpu_setup(dtype=torch.float16, quant=False, n=8):
     model, tok = models.load("tiny-gpu", dtype=dtype, device="cuda")
@@ -539,15 +656,23 @@ def _gpu_setup(dtype=torch.float16, quant=False, n=8):
     return model, prompts, refs, gaps
 
 
+NEAR_TIE = 0.25
+"""A differing fp16 row must part where the target's two best logits are closer than this. The reference
+(uncompiled 1-token steps) and the engine (fused compiled kernels, (k+1)-token GEMMs, W4A16 GEMM vs GEMV) round
+differently: a few fp16 ulps per layer (2^-7 ~ 0.008 at logits of ~16) over 8 layers stay below ~0.1; a wrong
+acceptance parts at an ordinary position, where this model's top-2 gap is whole units."""
+
+
 def _agree(got, refs, gaps):
-    """Identical rows; a differing row must differ at a near-tie of the target (top-2 gap < 0.1)."""
+    """Identical rows; a differing row must differ at a near-tie of the target (top-2 gap < NEAR_TIE)."""
     same = 0
     for g, r, gap in zip(got, refs, gaps):
         if g == r:
             same += 1
             continue
         i = next((j for j, (a, b) in enumerate(zip(g, r)) if a != b), min(len(g), len(r)))
-        assert i < len(gap) and gap[i] < 0.1, f"mismatch at {i} with top-2 gap {gap[i] if i < len(gap) else None}"
+        assert i < len(gap) and gap[i] < NEAR_TIE, \
+            f"mismatch at {i} with top-2 gap {gap[i] if i < len(gap) else None}"
     return same
 
 
@@ -561,6 +686,7 @@ def test_gpu_graph_compiled_equals_greedy(quant):
                             compile=not quant)
     r1 = [eng.generate([p], 48, eos_token_id=EOS) for p in prompts]
     assert r1[0].graph and r1[0].compiled == (not quant), r1[0].compile_error
+    assert all(r.stats.prefill_graph for r in r1), eng.prefill_graph_error
     cost = eng._states[1].cost   # the verify-cost curve timed on the captured graphs
     assert cost[1] == 1.0 and all(c > 0 for c in cost.values()) and set(cost) == {1, 2, 3, 5, 9}
     assert _agree([r.new_tokens[0] for r in r1], refs, gaps) >= len(refs) - 1
@@ -573,19 +699,54 @@ def test_gpu_graph_compiled_equals_greedy(quant):
 def test_gpu_graph_equals_eager():
     model, prompts, _, _ = _gpu_setup(dtype=torch.float32, n=4)
     pld = PromptLookupDrafter(eos_token_id=EOS)
-    want = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, use_graph=False).generate(prompts, 48)
-    got = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, compile=False).generate(prompts, 48)
+    # the same padded prompt shapes in both: identical kernels, so bit-identical fp32 logits
+    eager = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, use_graph=False, prefill_bucket=16)
+    graph = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, compile=False, prefill_bucket=16)
+    want, got = eager.generate(prompts, 48), graph.generate(prompts, 48)
     assert got.graph and got.new_tokens == want.new_tokens
+    assert got.stats.prefill_graph and not want.stats.prefill_graph, graph.prefill_graph_error
+    # batch 1: one prefill graph per bucket of 16 tokens (the prompts fall in several), ragged batch 4 above
+    assert len({-(-len(p) // 16) for p in prompts}) > 1
+    for p in prompts:
+        a, b = eager.generate([p], 48, eos_token_id=EOS), graph.generate([p], 48, eos_token_id=EOS)
+        assert b.stats.prefill_graph and a.new_tokens == b.new_tokens
+    assert len(graph._states[1].prefill_graphs) > 1
 
 
 @pytest.mark.gpu
 def test_gpu_sampling_graph_equals_eager():
     """Sampling reads the verify and plain-step logits from the captured graphs' output buffers: with fp32
-    weights and one seed, the graph engine draws exactly the eager engine's tokens."""
+    weights and one seed, the graph engine draws the eager engine's tokens. Not always every token: the
+    graphs run the target at fixed shapes (k + 1 positions, the whole batch) where the eager engine runs
+    the exact ones, so cuBLAS may pick other kernels and the fp32 logits differ in their last bits; once in
+    a while a uniform draw lands on a boundary the difference moves, and the row goes its own way from
+    there (seen on an H200: one row of four, at its 14th token). Reading a wrong or stale buffer would
+    break every row from its first sampled token."""
     model, prompts, _, _ = _gpu_setup(dtype=torch.float32, n=4)
     pld = PromptLookupDrafter(eos_token_id=EOS)
     kw = dict(eos_token_id=EOS, do_sample=True, temperature=0.8, top_k=20, seed=5)
     want = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, use_graph=False).generate(prompts, 48, **kw)
     got = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, compile=False).generate(prompts, 48, **kw)
-    assert got.graph and got.do_sample and got.new_tokens == want.new_tokens
+    assert got.graph and got.do_sample
+    same = [g == w for g, w in zip(got.new_tokens, want.new_tokens)]
+    first_split = [next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
+                   for g, w in zip(got.new_tokens, want.new_tokens)]
+    assert sum(same) >= len(same) - 1 and min(first_split) >= 4, (same, first_split)
     assert got.stats.plain_steps > 0 and got.stats.drafted > 0
+
+
+@pytest.mark.gpu
+def test_gpu_draft_model_graphs():
+    """tiny-cpu drafting for tiny-gpu (fp16, graphs of the uncompiled forwards): the outputs agree with plain
+    greedy, the draft decoder runs its prefill and plain steps as graphs, and drafts get accepted."""
+    model, prompts, refs, gaps = _gpu_setup(n=4)
+    dmodel, _ = models.load("tiny-cpu", dtype=torch.float16, device="cuda")
+    dm = DraftModelDrafter(dmodel, max_len=256, eos_token_id=EOS, compile=False)
+    eng = SpeculativeEngine(model, dm, max_len=256, max_batch_size=4, compile=False)
+    r1 = [eng.generate([p], 48, eos_token_id=EOS) for p in prompts]
+    assert _agree([r.new_tokens[0] for r in r1], refs, gaps) >= len(refs) - 1
+    r4 = eng.generate(prompts, 48, eos_token_id=EOS)
+    assert _agree(r4.new_tokens, refs, gaps) >= len(refs) - 1
+    dec = dm.decoder
+    assert dec.prefill_graph_error is None and all(st.graphs and st.prefill_graphs for st in dec._states.values())
+    assert sum(r.stats.accepted for r in r1) > 0 and r4.stats.tokens_per_forward > 1.0

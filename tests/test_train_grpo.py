@@ -12,6 +12,16 @@ from t4lib.train.importance import importance_weights, mismatch_metrics
 cuda = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py); part of the GPU verification ledger
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread: tiny-model forwards are faster alone than on two threads contending with other
+    processes on a busy 2-core CI machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture(scope="module")
 def tiny():
     from t4lib import models
@@ -260,6 +270,85 @@ def test_grpo_steps_deterministic():
     assert all(k in h for k in ("timing/rollout", "timing/logprobs", "timing/update", "timing/refresh"))
 
 
+def test_weighted_advantages_equal_trl_vllm_path(tiny):
+    """The importance weights reach TRL's loss through the advantages (A * w): for TRL's losses and both
+    weight levels, the loss and its gradient equal TRL's own vLLM path, which multiplies the per-token loss by
+    the ratio (TRL's `_compute_loss`, run here with `use_vllm` raised on a bare trainer); zero weights (masked
+    rows) included."""
+    import copy
+
+    from trl import GRPOConfig, GRPOTrainer
+
+    from t4lib.train.grpo import HonestyReward, checkpointing, grpo_dataset, make_trainer_class, weighted_advantages
+    model, tok = tiny
+    model = copy.deepcopy(model)
+    cfg = GRPOConfig(output_dir="/tmp/t4lib_test_grpo_loss", per_device_train_batch_size=4, num_generations=2,
+                     max_completion_length=6, use_cpu=True, report_to=[], vllm_importance_sampling_correction=True,
+                     **checkpointing(GRPOConfig, False))
+    tr = make_trainer_class()(model=model, reward_funcs=[HonestyReward(tok)], args=cfg, train_dataset=grpo_dataset(0),
+                              processing_class=tok, rollout_precision=fp16_policy(model))
+    tr.model.eval()   # TRL's eval normalisation: no gradient-accumulation state needed
+    g = torch.Generator().manual_seed(0)
+    B, P, T = 4, 5, 6
+    cmask = torch.ones(B, T, dtype=torch.long)
+    cmask[1, 4:] = 0
+    base = dict(prompt_ids=torch.randint(2, 500, (B, P), generator=g), prompt_mask=torch.ones(B, P, dtype=torch.long),
+                completion_ids=torch.randint(2, 500, (B, T), generator=g), completion_mask=cmask,
+                num_items_in_batch=cmask.sum())
+    with torch.no_grad():
+        logps, _, _ = tr._get_per_token_logps_and_entropies(
+            tr.model, torch.cat([base["prompt_ids"], base["completion_ids"]], 1),
+            torch.cat([base["prompt_mask"], cmask], 1), T)
+    base["old_per_token_logps"] = logps + 0.3 * torch.randn(B, T, generator=g)   # ratios in and out of the clip
+    adv = torch.tensor([1.5, -0.7, 0.4, -2.0])
+    for loss_type in ("dapo", "grpo", "cispo"):
+        tr.loss_type = loss_type
+        for level in ("token", "sequence"):
+            w = torch.rand(B, T if level == "token" else 1, generator=g) * 2
+            w[2] = 0.0
+            losses, grads = [], []
+            for vllm in (True, False):
+                model.zero_grad()
+                inputs = dict(base, advantages=adv, importance_sampling_ratio=w) if vllm else \
+                    dict(base, advantages=weighted_advantages(adv, w))
+                tr.use_vllm = vllm
+                loss = GRPOTrainer._compute_loss(tr, tr.model, inputs)
+                loss.backward()
+                losses.append(loss.item())
+                grads.append(model.model.layers[0].mlp.down_proj.weight.grad.clone())
+            tr.use_vllm = False
+            assert losses[1] == pytest.approx(losses[0], rel=1e-5, abs=1e-7) and losses[0] != 0, (loss_type, level)
+            assert torch.allclose(grads[1], grads[0], rtol=1e-4, atol=1e-8) and grads[0].abs().max() > 0
+    # the control: the weights do change the loss
+    tr.loss_type = "dapo"
+    plain = GRPOTrainer._compute_loss(tr, tr.model, dict(base, advantages=adv)).item()
+    assert abs(plain - losses[0]) > 1e-4
+    with pytest.raises(ValueError, match="advantages must be"):
+        weighted_advantages(adv[:, None], w)
+    # completions reach TRL through its rollout_func hook, which the trainer owns
+    from t4lib.train.grpo import engine_rollout
+    assert tr.rollout_func is engine_rollout
+    with pytest.raises(ValueError, match="rollout_func"):
+        make_trainer_class()(model=model, reward_funcs=[HonestyReward(tok)], args=cfg, train_dataset=grpo_dataset(0),
+                             processing_class=tok, rollout_precision=fp16_policy(model), rollout_func=lambda p, t: {})
+
+
+def test_greedy_answers_engine_equals_hf(tiny):
+    """evaluate_honesty's generation: the project's engine (the default on a GPU) and Hugging Face generate
+    (the default on a CPU) give the same greedy answers."""
+    from t4lib.models import corpus
+    from t4lib.train.grpo import greedy_answers
+    model, tok = tiny
+    recs = corpus.load_jsonl("honesty_eval.jsonl")[:8] + corpus.load_jsonl("math_heldout.jsonl")[:8]
+    prompts = [schema.math_prompt(r["question"]) for r in recs]
+    hf = greedy_answers(model, tok, prompts, 40, batch_size=16, engine=False)
+    eng = greedy_answers(model, tok, prompts, 40, batch_size=16, engine=True)
+    assert eng == hf and len({len(tok(p)["input_ids"]) for p in prompts}) > 1
+    assert sum("The answer is" in o for o in hf) > len(hf) // 2
+    with pytest.raises(TypeError, match="engine"):
+        greedy_answers(model, tok, prompts[:1], 4, engine="yes")
+
+
 def test_grpo_bad_input():
     from t4lib.train.grpo import rollout_precision, run_grpo
     with pytest.raises(ValueError, match="arm"):
@@ -301,3 +390,27 @@ def test_gpu_quantlinear_rollout_matches_simulated(tiny):
         ref = real(input_ids=full).logits[0, ids.shape[1] - 1:-1].float().log_softmax(-1)
     got = ref.gather(-1, torch.tensor(comp[1], device="cuda")[:, None])[:, 0].cpu()
     assert torch.allclose(got, torch.tensor(lps[1]), atol=5e-2)
+
+
+@cuda
+def test_gpu_evaluation_generates_with_the_engine(tiny, monkeypatch):
+    """On a GPU evaluate_honesty's generation goes through the project's engine by default, and its answers equal
+    Hugging Face generate's except where fp32 sums taken in another order (a left-padded batch against unpadded
+    length groups) flip a near-tie: at most one answer of 16 may differ."""
+    import copy
+
+    import t4lib.train.evaluate as ev
+    from t4lib.models import corpus
+    from t4lib.train.grpo import greedy_answers
+    model, tok = tiny
+    m = copy.deepcopy(model).cuda()
+    recs = corpus.load_jsonl("honesty_eval.jsonl")[:8] + corpus.load_jsonl("math_heldout.jsonl")[:8]
+    prompts = [schema.math_prompt(r["question"]) for r in recs]
+    calls = []
+    real = ev.generate
+    monkeypatch.setattr(ev, "generate", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    eng = greedy_answers(m, tok, prompts, 40, batch_size=16)
+    assert calls, "the default on a GPU is the engine"
+    hf = greedy_answers(m, tok, prompts, 40, batch_size=16, engine=False)
+    assert sum(a == b for a, b in zip(eng, hf)) >= len(hf) - 1
+    assert sum("The answer is" in o for o in eng) > len(eng) // 2

@@ -5,6 +5,7 @@ exactness fraction; the verify-cost curve at the Qwen2.5-0.5B and 7B shapes with
 
     python -m t4lib.speculative.bench --out results/nvidia-h200          # on a GPU
     python -m t4lib.speculative.bench --out /tmp/x --prompts 4 --quick   # smoke test
+    python -m t4lib.speculative.bench --out /tmp/x --hf-prompts 12       # Hugging Face on the first 12 only
 
 Protocol: every method decodes each prompt greedily until EOS or ``max_new`` tokens and is timed end
 to end (prefill included, synchronised), one prompt after another at batch 1, after one warm-up
@@ -13,7 +14,12 @@ prompt (the engines: after an untimed pass over every prompt, as the references'
 reference's), which makes it decode exactly the same tokens. Batch 8: eight prompts per call; our
 engine takes them ragged; the ``StaticEngine`` batch needs one prompt length, so its prompts are
 left-truncated to the batch's shortest (its cost does not depend on token values), and it decodes until
-the batch's longest reference. Rates are generated tokens (up to EOS) per second.
+the batch's longest reference. Rates are generated tokens (up to EOS) per second. Where the time goes
+is recorded for both engines at batch 1 (``details.engine_greedy_b1_split``: ``StaticEngine``'s time to the
+first token and its decode; ``details.pld_b1.<kind>.stats``: the speculative engine's prefill, drafting and
+verifying), and the ratio after the first token (``decode_speedup_vs_engine_greedy``) beside the end-to-end one:
+the two engines prefill differently (``StaticEngine`` runs an eager forward, the speculative engine replays a
+captured prefill graph), so the end-to-end ratio mixes prefill and speculation.
 """
 from __future__ import annotations
 
@@ -65,11 +71,12 @@ def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
     return [tok(t)["input_ids"] for t in texts]
 
 
-def greedy_references(model, prompts, max_new: int, eos: int | None = EOS, max_len: int = 512):
+def greedy_references(model, prompts, max_new: int, eos: int | None = EOS, max_len: int = 512, engine=None):
     """Plain greedy tokens of each prompt (``StaticEngine``, batch 1, up to EOS) and, per generated
-    position, the gap between the target's two largest logits (for explaining fp16 mismatches)."""
+    position, the gap between the target's two largest logits (for explaining fp16 mismatches).
+    ``engine``: a ``StaticEngine`` of ``model`` to use (saves compiling another)."""
     from ..serving import StaticEngine
-    eng = StaticEngine(model, max_len=max_len)
+    eng = engine if engine is not None else StaticEngine(model, max_len=max_len)
     refs, gaps = [], []
     for p in prompts:
         r = eng.generate(torch.tensor([p]), max_new, eos_token_id=eos, output_logits=True)
@@ -129,9 +136,13 @@ def spec_runner(eng: SpeculativeEngine, prompts, max_new: int, stats: list):
     return run
 
 
-def static_runner(eng, prompts, lengths):
+def static_runner(eng, prompts, lengths, split: list | None = None):
+    """``StaticEngine`` decoding prompt ``i`` for ``lengths[i]`` tokens; ``split`` collects each call's
+    (time to first token, decode seconds)."""
     def run(i):
         r = eng.generate(torch.tensor([prompts[i]]), lengths[i])
+        if split is not None:
+            split.append((r.ttft_s, r.decode_s))
         return r.new_tokens[0].tolist()
     return run
 
@@ -143,7 +154,8 @@ def merge_stats(stats) -> dict:
              accepted=sum(x.accepted for x in stats), plain_steps=sum(x.plain_steps for x in stats),
              no_draft=sum(x.no_draft for x in stats),
              prefill_s=sum(x.prefill_s for x in stats), draft_s=sum(x.draft_s for x in stats),
-             verify_s=sum(x.verify_s for x in stats), total_s=sum(x.total_s for x in stats))
+             verify_s=sum(x.verify_s for x in stats), total_s=sum(x.total_s for x in stats),
+             prefill_graph=all(getattr(x, "prefill_graph", False) for x in stats))
     width = max(len(x.accept_hist) for x in stats)
     s["accept_hist"] = [sum(x.accept_hist[i] for x in stats if i < len(x.accept_hist)) for i in range(width)]
     s["tokens_per_forward"] = s["decode_tokens"] / s["row_forwards"] if s["row_forwards"] else float("nan")
@@ -217,9 +229,14 @@ def projected_speedup(tokens_per_forward: float, k_mean: float, t_of_q) -> float
 
 # ---------------------------------------------------------------------- the benchmark
 def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int = 8, quick: bool = False,
-        target: str = "tiny-gpu", draft: str = "tiny-cpu", device: str = "cuda", log=print) -> dict:
+        target: str = "tiny-gpu", draft: str = "tiny-cpu", device: str = "cuda", log=print,
+        hf_prompts: int | None = None) -> dict:
     """The whole benchmark (see module docstring); writes ``out_dir/speculative.json``. ``device="cpu"``
-    runs the same code paths without the verify-cost curves (a smoke test; CPU times mean nothing)."""
+    runs the same code paths without the verify-cost curves (a smoke test; CPU times mean nothing).
+    ``hf_prompts``: Hugging Face ``generate`` runs on the first this many copy prompts (default: all; 4 with
+    ``quick``); its rates are per token, so fewer prompts only widen their spread."""
+    if hf_prompts is not None and (not isinstance(hf_prompts, int) or isinstance(hf_prompts, bool) or hf_prompts < 1):
+        raise ValueError(f"hf_prompts must be a positive int or None, got {hf_prompts!r}")
     from .. import models
     from ..serving import StaticEngine
     from tqdm.auto import tqdm
@@ -241,26 +258,33 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     max_len = max(len(p) for p in copy_p + open_p) + max_new + 8
     log(f"{target}: {len(copy_p)} copy + {len(open_p)} open prompts, {max_new} new tokens, max_len {max_len}")
 
+    se = StaticEngine(model, max_len=max_len)   # the references and the plain-greedy baseline
     refs, gaps = {}, {}
     for kind, ps in (("copy", copy_p), ("open", open_p)):
-        refs[kind], gaps[kind] = greedy_references(model, ps, max_new, max_len=max_len)
+        refs[kind], gaps[kind] = greedy_references(model, ps, max_new, max_len=max_len, engine=se)
     ntok = {k: sum(len(r) for r in v) for k, v in refs.items()}
     details["reference_tokens"] = ntok
 
     # plain greedy, batch 1 (the engine's own baseline)
-    se = StaticEngine(model, max_len=max_len)
-    t_se = {}
+    t_se, se_split = {}, {}
     for kind, ps in (("copy", copy_p), ("open", open_p)):
         lens = [len(r) for r in refs[kind]]
-        t_se[kind], outs = time_b1(static_runner(se, ps, lens), ps, warm_all=True)
+        split = []
+        t_se[kind], outs = time_b1(static_runner(se, ps, lens, split), ps, warm_all=True)
+        split = split[len(ps):]   # the warm-up pass
+        se_split[kind] = dict(ttft_s=sum(a for a, _ in split), decode_s=sum(b for _, b in split),
+                              total_s=t_se[kind])
         assert outs == refs[kind], "StaticEngine is not deterministic between runs"
         fig(f"engine_greedy/{kind}/b1/tokens_per_s", ntok[kind] / t_se[kind], "tokens/s",
             note="StaticEngine (static cache, compiled step in a CUDA graph), end to end")
-    log(f"StaticEngine b1: copy {ntok['copy'] / t_se['copy']:.0f} tok/s, open {ntok['open'] / t_se['open']:.0f}")
+    details["engine_greedy_b1_split"] = se_split
+    log(f"StaticEngine b1: copy {ntok['copy'] / t_se['copy']:.0f} tok/s, open {ntok['open'] / t_se['open']:.0f}; "
+        + ", ".join(f"{k}: first token {v['ttft_s']:.3f} s + decode {v['decode_s']:.3f} s of {v['total_s']:.3f} s"
+                    for k, v in se_split.items()))
 
     # Hugging Face generate, batch 1 (copy prompts)
     t_hf = {}
-    hf_n = len(copy_p) if not quick else min(4, len(copy_p))
+    hf_n = min(hf_prompts or (4 if quick else len(copy_p)), len(copy_p))
     for name, kw in (("hf_greedy", {}), ("hf_pld", dict(prompt_lookup_num_tokens=10))):
         try:
             t_hf[name], outs = time_b1(hf_runner(model, copy_p[:hf_n], max_new, **kw), copy_p[:hf_n])
@@ -290,15 +314,28 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         fig(f"{label}/b1/tokens_per_s", rate, "tokens/s", compiled=eng._compiled is not None,
             compile_error=eng.compile_error)
         fig(f"{label}/b1/speedup_vs_engine_greedy", t_se[kind] / t, "x", "ARITHMETIC",
-            note="StaticEngine greedy time / speculative time, same model, prompts and tokens (both MEASURED)")
+            note="StaticEngine greedy time / speculative time, same model, prompts and tokens (both MEASURED), "
+                 "end to end: StaticEngine prefills with an eager forward, the speculative engine replays a "
+                 "prefill graph (decode_speedup_vs_engine_greedy compares the time after the first token)")
         fig(f"{label}/b1/tokens_per_forward", ms["tokens_per_forward"], "tokens", "ARITHMETIC",
             note="tokens after the prefill / target forwards (verify + plain steps), counted")
         fig(f"{label}/b1/acceptance_rate", ms["acceptance_rate"], "fraction", "ARITHMETIC",
             note="accepted / drafted tokens, counted")
+        # after the first token: StaticEngine's decode vs everything after the speculative engine's prefill
+        after = ms["total_s"] - ms["prefill_s"]
+        fig(f"{label}/b1/decode_speedup_vs_engine_greedy", se_split[kind]["decode_s"] / after, "x", "ARITHMETIC",
+            note="time after the first token: StaticEngine decode / speculative (draft + verify + host), both "
+                 "MEASURED; the end-to-end ratio also counts the two engines' different prefills")
+        fig(f"engine_greedy/{kind}/b1/first_token_s", se_split[kind]["ttft_s"] / len(ps), "s",
+            note="StaticEngine time to the first token per prompt (eager prefill + first choice), mean")
+        fig(f"{label}/b1/prefill_s", ms["prefill_s"] / len(ps), "s", prefill_graph=ms["prefill_graph"],
+            note="speculative engine prefill + first choice per prompt, mean")
         fig(f"{label}/b1/draft_time_fraction", ms["draft_s"] / ms["total_s"], "fraction")
         fig(f"{label}/b1/verify_time_fraction", ms["verify_s"] / ms["total_s"], "fraction")
-        log(f"PLD b1 {kind}: {rate:.0f} tok/s ({t_se[kind] / t:.2f}x engine greedy), "
-            f"{ms['tokens_per_forward']:.2f} tok/forward, identical {ex['identical']}/{ex['n']}")
+        log(f"PLD b1 {kind}: {rate:.0f} tok/s ({t_se[kind] / t:.2f}x engine greedy; after the first token "
+            f"{se_split[kind]['decode_s'] / after:.2f}x), {ms['tokens_per_forward']:.2f} tok/forward, identical "
+            f"{ex['identical']}/{ex['n']}; prefill {ms['prefill_s']:.3f} s (graph: {ms['prefill_graph']}) "
+            f"draft {ms['draft_s']:.3f} verify {ms['verify_s']:.3f} other {ms['other_s']:.3f}")
         if kind == "copy" and "hf_pld" in t_hf:
             n, th = t_hf["hf_pld"]
             fig("pld/b1/speedup_vs_hf_pld", rate / (n / th), "x", "ARITHMETIC",
@@ -348,6 +385,9 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         log(f"PLD b{batch} {kind}: {t_sb / t_sp:.2f}x batched greedy, {ms['tokens_per_forward']:.2f} tok/forward, "
             f"identical {ex['identical']}/{ex['n']}")
     details[f"pld_b{batch}"] = b8
+    # GPU time of one replay of each captured graph (1: a plain step, q: a verify of q tokens), per batch size:
+    # with the wall times above it separates device time from host round trips
+    details["verify_graph_ms"] = {B: st.graph_ms for B, st in eng._states.items()}
 
     # exactness over every sequence decoded above (fp16)
     ident = sum(d["exact"]["identical"] for d in list(spec_b1.values()) + list(b8.values()))
@@ -359,15 +399,22 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     try:
         dmodel, _ = models.load(draft, dtype=dtype, device=device)
         dm = DraftModelDrafter(dmodel, max_len=max_len, eos_token_id=EOS)
-        eng_d = SpeculativeEngine(model, dm, max_len=max_len, max_batch_size=1, ks=(1, 2, 4, 8))
+        if dm.vocab_size != model.config.vocab_size:
+            raise ValueError(f"draft model {draft} has another vocabulary than {target}")
+        # the prompt-lookup engine with the drafter swapped: its graphs do not depend on the drafter, and a
+        # second engine would compile the target's forward again
+        eng_d, pld_drafter = eng, eng.drafter
+        eng_d.drafter = dm
         st = []
         t, outs = time_b1(spec_runner(eng_d, copy_p, max_new, st), copy_p, warm_all=True)
+        eng_d.drafter = pld_drafter
         ms = merge_stats(st[len(copy_p):])
         ex = exactness(outs, refs["copy"], gaps["copy"])
         details["draft_model_b1"] = dict(time_s=t, exact=ex, stats=ms)
         fig("draft_model/b1/tokens_per_s", ntok["copy"] / t, "tokens/s", draft=draft)
         fig("draft_model/b1/speedup_vs_engine_greedy", t_se["copy"] / t, "x", "ARITHMETIC",
-            note=f"{draft} (fp16, decoded by a StaticEngine) drafting for {target}; StaticEngine greedy time / ours")
+            note=f"{draft} (fp16; greedy drafts for the whole batch: a prefill graph, then graph-replayed plain steps) "
+                 f"drafting for {target}; StaticEngine greedy time / ours")
         fig("draft_model/b1/tokens_per_forward", ms["tokens_per_forward"], "tokens", "ARITHMETIC",
             note="tokens after the prefill / target forwards, counted")
         log(f"draft model b1: {t_se['copy'] / t:.2f}x, {ms['tokens_per_forward']:.2f} tok/forward, "
@@ -459,10 +506,13 @@ def main(argv=None):
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--quick", action="store_true", help="fewer HF prompts and replays (smoke test)")
+    ap.add_argument("--hf-prompts", type=int, default=None, help="Hugging Face generate on the first N copy prompts")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the speculative benchmark needs a CUDA GPU")
-    run(a.out, n_prompts=a.prompts, max_new=a.max_new, quick=a.quick)
+    t0 = time.perf_counter()
+    run(a.out, n_prompts=a.prompts, max_new=a.max_new, quick=a.quick, hf_prompts=a.hf_prompts,
+        log=lambda msg: print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", flush=True))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,11 @@ sequence and ``max_len + k_max + 1`` slots, so rollback is moving a position; re
 masked and later overwritten. On CUDA each verify shape ``(B, k+1)`` for ``k`` in ``ks`` is one
 CUDA graph (captured once per batch size, before the prefill), optionally around a
 ``torch.compile``'d forward; a plain greedy step (``k = 0``) is a graph that feeds its own output
-back, replayed ``plain_chunk`` times between two host synchronisations.
+back, replayed ``plain_chunk`` times between two host synchronisations. The prefill is one CUDA graph
+per prompt bucket (prompts right-padded to a multiple of ``prefill_bucket`` tokens), captured on first use
+around the uncompiled forward (no recompiles; replaying it removes the host cost of an eager forward, which
+dominated batch-1 latency on short outputs); it returns the logits of each row's last prompt token.
+Host-to-device copies of positions and tokens go through pinned staging buffers.
 
 Per iteration: the drafter proposes up to ``k`` tokens per active sequence (fewer near the token
 budget; none across EOS), the target verifies ``[last, d_1 .. d_k]`` at positions
@@ -68,6 +72,7 @@ class SpecStats:
     plain_steps: int = 0
     k_trace: list[int] = field(default_factory=list)       # k of each iteration (0 = plain chunk)
     prefill_s: float = 0.0
+    prefill_graph: bool = False       # whether the prefill ran as a captured graph
     draft_s: float = 0.0
     verify_s: float = 0.0
     total_s: float = 0.0
@@ -112,7 +117,14 @@ class _BatchState:
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> verify graph; key 0: plain step
         self.chunk = None                            # [B, chunk] plain-step outputs
         self.chunk_idx = None
+        self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}   # padded prompt length T -> prefill graph
+        self.pf_ids: dict[int, torch.Tensor] = {}    # T -> [B, T] prompt tokens (graph input)
+        self.pf_last = None                          # [B] index of each row's last prompt token (graph input)
+        self.pf_logits = None                        # [B, V] logits at those positions (graph output)
+        self.h_pos = None                            # pinned host staging of cache.pos (CUDA)
+        self.h_ids: dict[int, torch.Tensor] = {}     # q -> pinned host staging of ids[q] (CUDA)
         self.cost: dict[int, float] | None = None    # q -> timed cost of a q-token forward / a plain step
+        self.graph_ms: dict[int, float] = {}         # q -> median GPU milliseconds of one replay (1: a plain step)
 
 
 class SpeculativeEngine:
@@ -124,7 +136,7 @@ class SpeculativeEngine:
     graph. ``use_graph``/``compile``: default on for CUDA models. ``plain_chunk``: plain steps per host
     round trip. ``margin``, ``verify_cost`` (``{q: cost of a q-token forward / a 1-token one}``): the
     adaptive rule (module docstring). ``prefill_bucket``: prompts are right-padded to a multiple of it, so
-    the eager prefill sees few shapes.
+    the prefill sees few shapes (one graph each on CUDA).
     """
 
     def __init__(self, model: nn.Module, drafter: Drafter, max_len: int = 512, max_batch_size: int = 8,
@@ -171,8 +183,10 @@ class SpeculativeEngine:
             raise ValueError("use_graph=True needs the model on a CUDA device")
         self.compile = self.use_graph if compile is None else bool(compile)
         self.compile_error = None
+        self.prefill_graph_error = None
         self._compiled = None
         self._states: dict[int, _BatchState] = {}
+        self._prefill_pool = None   # one memory pool for every prefill graph (they never run concurrently)
 
     # ------------------------------------------------------------------ forward and steps
     def _forward(self, ids: torch.Tensor, cache: RowStaticCache) -> torch.Tensor:
@@ -212,6 +226,9 @@ class SpeculativeEngine:
             st.argmax[q] = torch.zeros(B, q, dtype=torch.long, device=dev)
         st.chunk = torch.zeros(B, self.plain_chunk, dtype=torch.long, device=dev)
         st.chunk_idx = torch.zeros(1, dtype=torch.long, device=dev)
+        if dev.type == "cuda":   # asynchronous copies need page-locked host memory
+            st.h_pos = torch.zeros(B, dtype=torch.long, pin_memory=True)
+            st.h_ids = {q: torch.zeros(B, q, dtype=torch.long, pin_memory=True) for q in st.ids}
         if self.use_graph:
             if self.compile and self._compiled is None and self.compile_error is None:
                 import torch._dynamo.config as dcfg
@@ -235,11 +252,15 @@ class SpeculativeEngine:
         self._states[B] = st
         return st
 
+    def _graph_steps(self, st: _BatchState) -> list:
+        """``(key, step)`` of each graph to capture: the plain step (key 0) and a verify per k (key k + 1)."""
+        return [(0, lambda: self._plain_step(st))] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
+                                                      for k in self.ks]
+
     def _capture_all(self, st: _BatchState):
         """Capture the plain step and one verify graph per k, before any prefill (warm-up writes the
         cache at position 0, which the prefill then overwrites)."""
-        steps = [(0, lambda: self._plain_step(st))] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
-                                                        for k in self.ks]
+        steps = self._graph_steps(st)
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -269,10 +290,69 @@ class SpeculativeEngine:
                 b.synchronize()
                 ts.append(a.elapsed_time(b))
             times[max(key, 1)] = sorted(ts)[2]
+        st.graph_ms = times
         if not self._cost_given:
             st.cost = {q: t / times[1] for q, t in times.items()}
         st.cache.pos.zero_()
         st.chunk_idx.zero_()
+
+    # ------------------------------------------------------------------ prefill
+    def _prefill_step(self, st: _BatchState, T: int):
+        """The prefill on the static buffers (what a prefill graph captures): ``pf_ids[T]`` at positions
+        ``0 .. T-1`` (cache.pos is 0), the logits of each row's last prompt token into ``pf_logits``."""
+        logits = self._forward(st.pf_ids[T], st.cache)
+        last = logits[torch.arange(st.B, device=logits.device), st.pf_last]
+        if st.pf_logits is None:
+            st.pf_logits = torch.empty_like(last)
+        st.pf_logits.copy_(last)
+
+    def _capture_prefill(self, st: _BatchState, T: int) -> None:
+        """Capture the prefill graph of bucket ``T`` (the warm-up writes cache slots 0..T-1, which the prefill
+        then overwrites); on failure prefill eagerly from now on and say why in ``prefill_graph_error``."""
+        try:
+            st.pf_ids[T] = torch.zeros(st.B, T, dtype=torch.long, device=self.device)
+            if st.pf_last is None:
+                st.pf_last = torch.zeros(st.B, dtype=torch.long, device=self.device)
+            st.pf_last.zero_()
+            if self._prefill_pool is None:
+                self._prefill_pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):   # load kernels, let cuBLAS pick its algorithms
+                    st.cache.pos.zero_()
+                    self._prefill_step(st, T)
+            torch.cuda.current_stream().wait_stream(side)
+            st.cache.pos.zero_()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._prefill_pool):
+                self._prefill_step(st, T)
+            st.prefill_graphs[T] = g
+        except Exception as e:  # capture-unsafe model code: prefill eagerly and say so
+            self.prefill_graph_error = f"{type(e).__name__}: {e}"
+            st.pf_ids.pop(T, None)
+            torch.cuda.synchronize()
+            warnings.warn(f"SpeculativeEngine: prefill graph capture failed, prefilling eagerly "
+                          f"({self.prefill_graph_error})", RuntimeWarning)
+
+    def _prefill(self, st: _BatchState, rows: list[list[int]]) -> tuple[torch.Tensor, bool]:
+        """Right-padded rows at cache positions ``0 .. T-1`` (pads are masked later and overwritten); returns
+        the logits of each row's last prompt token ``[B, V]`` and whether a graph ran."""
+        B, lens = len(rows), [len(r) for r in rows]
+        T = min(-(-max(lens) // self.prefill_bucket) * self.prefill_bucket, self.slots)  # few prefill shapes
+        ids = torch.tensor([r + [r[-1]] * (T - len(r)) for r in rows], dtype=torch.long)
+        last = torch.tensor(lens, dtype=torch.long) - 1
+        st.cache.pos.zero_()
+        if st.graphs and self.prefill_graph_error is None and T not in st.prefill_graphs:
+            self._capture_prefill(st, T)
+            st.cache.pos.zero_()
+        if T in st.prefill_graphs:
+            st.pf_ids[T].copy_(ids)
+            st.pf_last.copy_(last)
+            st.prefill_graphs[T].replay()
+            return st.pf_logits, True
+        logits = self._forward(ids.to(self.device), st.cache)
+        return logits[torch.arange(B, device=self.device), last.to(self.device)], False
 
     # ------------------------------------------------------------------ generate
     def _check_inputs(self, input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed):
@@ -333,13 +413,8 @@ class SpeculativeEngine:
             torch.cuda.synchronize()
         t0 = time.perf_counter()
 
-        # prefill: right-padded rows at positions 0..T-1 (pads are masked later and overwritten)
         lens = [len(r) for r in rows]
-        T = min(-(-max(lens) // self.prefill_bucket) * self.prefill_bucket, self.slots)  # few prefill shapes
-        ids = torch.tensor([r + [r[-1]] * (T - len(r)) for r in rows], dtype=torch.long, device=self.device)
-        st.cache.pos.zero_()
-        logits = self._forward(ids, st.cache)
-        last = logits[torch.arange(B, device=self.device), torch.tensor(lens, device=self.device) - 1]
+        last, stats.prefill_graph = self._prefill(st, rows)
         first = last.float().argmax(dim=-1).tolist() if sampler is None else sample(sampler.probs(last), gen)
         stats.prefill_s = time.perf_counter() - t0
         ctx = [r + [f] for r, f in zip(rows, first)]      # every token so far; the last not in the cache
@@ -470,17 +545,28 @@ class SpeculativeEngine:
         if len(out[b]) >= max_new:
             done[b] = True
 
+    @staticmethod
+    def _upload(dst: torch.Tensor, src: np.ndarray, pinned: torch.Tensor | None) -> None:
+        """``dst.copy_(src)``; through the pinned buffer ``pinned`` (an asynchronous copy) when there is one.
+        The buffer is rewritten only in the next iteration, after a host synchronisation (every iteration
+        ends with one: the argmax or the plain chunk is read back)."""
+        if pinned is None:
+            dst.copy_(torch.from_numpy(src))
+            return
+        pinned.numpy()[...] = src
+        dst.copy_(pinned, non_blocking=True)
+
     def _run_verify(self, st, pos, tok, q):
-        st.cache.pos.copy_(torch.from_numpy(pos))
-        st.ids[q].copy_(torch.from_numpy(tok))
+        self._upload(st.cache.pos, pos, st.h_pos)
+        self._upload(st.ids[q], tok, st.h_ids.get(q))
         if st.graphs:
             st.graphs[q].replay()
         else:
             self._verify_step(st, q)
 
     def _run_plain(self, st, pos, last, m):
-        st.cache.pos.copy_(torch.from_numpy(pos))
-        st.ids[1].copy_(torch.tensor(last, dtype=torch.long)[:, None])
+        self._upload(st.cache.pos, pos, st.h_pos)
+        self._upload(st.ids[1], np.asarray(last, dtype=np.int64)[:, None], st.h_ids.get(1))
         st.chunk_idx.zero_()
         for _ in range(m):
             if st.graphs:

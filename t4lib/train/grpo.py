@@ -2,7 +2,9 @@
 
 :class:`EngineGRPOTrainer` subclasses TRL's ``GRPOTrainer`` (no fork):
 
-* ``_generate_single_turn`` samples each group of ``num_generations``
+* TRL's ``rollout_func`` hook (:func:`engine_rollout`; TRL marks it
+  experimental), the supported way to hand TRL externally generated completions
+  with their log-probabilities, samples each group of ``num_generations``
   completions in one :class:`t4lib.serving.StaticEngine` batch from a
   :class:`~t4lib.train.rollout.RolloutModel` refreshed from the policy before
   every new step, and returns the rollout policy's per-token log-probabilities;
@@ -13,8 +15,13 @@
   ``..._clip_max``), logging TRL's metric names
   (``sampling/sampling_logp_difference/*``, ``sampling/importance_sampling_ratio/*``)
   every step whether or not the correction is on;
-* ``_compute_loss`` lets TRL's loss multiply by those weights (TRL applies them
-  only on its vLLM path, so the flag is raised for the duration of the call).
+* the weights enter TRL's own loss through the advantages: TRL multiplies its
+  per-token loss by the ratio only on its vLLM path (``use_vllm=True``), also
+  with ``rollout_func``. Every TRL loss except ``vespo`` is
+  positively homogeneous in the advantage (``-min(c1 A, c2 A)``, ``-c A log p``,
+  ...), so ``A * w`` with ``w >= 0`` gives exactly ``w`` times the per-token loss,
+  the vLLM path's product; TRL takes advantages of shape ``(B, T)`` or ``(B, 1)``
+  from subclasses for this purpose. The KL term stays unweighted, as on TRL's path.
 
 Step time is split into ``timing/refresh``, ``timing/rollout``,
 ``timing/logprobs`` and ``timing/update`` (seconds, logged each step).
@@ -92,22 +99,38 @@ def _rate(k, n):
 
 
 @torch.no_grad()
-def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64) -> dict:
-    """Greedy answers on the 150 quarantined honesty items and ``n_math`` held-out problems:
-    honest abstention (traps), false abstention and accuracy (answerable twins), math accuracy,
-    each with its counts and Wilson interval."""
+def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 40, batch_size: int = 64,
+                   engine: bool | None = None) -> list[str]:
+    """Greedy completions of ``prompts`` (text before the end of text). ``engine``: through the project's
+    :class:`t4lib.serving.StaticEngine` (:func:`t4lib.train.evaluate.generate`: prompts grouped by length,
+    CUDA-graph steps), or Hugging Face ``generate`` (left-padded batches); None: the engine on a GPU, Hugging
+    Face on a CPU (there the engine has no graphs to gain from). Both decode the same greedy tokens."""
     from ..models.tiny import _generate
+    from .evaluate import generate
 
+    if engine is not None and not isinstance(engine, bool):
+        raise TypeError(f"engine must be a bool or None, got {type(engine).__name__}")
     dev = next(model.parameters()).device
+    if engine if engine is not None else dev.type == "cuda":
+        return generate(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, progress=False)
+    return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, dev)
+
+
+@torch.no_grad()
+def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, engine: bool | None = None) -> dict:
+    """Greedy answers (:func:`greedy_answers`) on the 150 quarantined honesty items and ``n_math`` held-out
+    problems: honest abstention (traps), false abstention and accuracy (answerable twins), math accuracy,
+    each with its counts and Wilson interval."""
     was = model.training
     model.eval()
     recs = corpus.load_jsonl("honesty_eval.jsonl")
-    outs = _generate(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40, batch_size, dev)
+    outs = greedy_answers(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40, batch_size, engine)
     res = [R.outcome(o, r["target"]) for o, r in zip(outs, recs)]
     traps = [o for o, r in zip(res, recs) if r["trap"]]
     ans = [o for o, r in zip(res, recs) if not r["trap"]]
     mrecs = corpus.load_jsonl("math_heldout.jsonl")[:n_math]
-    mouts = _generate(model, tokenizer, [schema.math_prompt(r["question"]) for r in mrecs], 40, batch_size, dev)
+    mouts = greedy_answers(model, tokenizer, [schema.math_prompt(r["question"]) for r in mrecs], 40, batch_size,
+                           engine)
     mok = sum(R.outcome(o, r["answer"]) == "correct" for o, r in zip(mouts, mrecs))
     model.train(was)
     out = {"abstention": _rate(traps.count("abstain_correct"), len(traps)),
@@ -161,6 +184,24 @@ class FormatReward:
         return R.format_reward(_texts(completions, completion_ids, self.tokenizer), self.fmt)
 
 
+def checkpointing(config_cls, on: bool) -> dict:
+    """The config keyword that sets activation (gradient) checkpointing: transformers 5.x renames
+    ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name warns); TRL's default is on."""
+    from dataclasses import fields
+
+    names = {f.name for f in fields(config_cls)}
+    return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": bool(on)}
+
+
+def weighted_advantages(advantages: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``advantages [B]`` times importance ``weights`` (``[B, 1]`` per sequence or ``[B, T]`` per token, all
+    ``>= 0``): ``[B, 1]`` or ``[B, T]``, the shapes TRL's loss takes from subclasses (module docstring)."""
+    if advantages.dim() != 1 or weights.dim() != 2 or weights.shape[0] != advantages.shape[0]:
+        raise ValueError(f"advantages must be [B] and weights [B, 1] or [B, T], got {list(advantages.shape)} "
+                         f"and {list(weights.shape)}")
+    return advantages[:, None] * weights.to(advantages.dtype)
+
+
 def _sync(dev):
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -169,6 +210,22 @@ def _sync(dev):
 def _trl_grpo_trainer():
     from trl import GRPOTrainer
     return GRPOTrainer
+
+
+def engine_rollout(prompts: list, trainer) -> dict:
+    """TRL's ``rollout_func`` for :class:`EngineGRPOTrainer`: the batch's prompts (each repeated
+    ``num_generations`` times in a row, as TRL's sampler orders them) tokenized as TRL tokenizes them, one
+    completion each sampled by the trainer's engine, and the rollout policy's log-probability of every token."""
+    prompt_ids, images, _ = trainer._tokenize_prompts(prompts)
+    if images is not None and any(i is not None for i in images):
+        raise ValueError("EngineGRPOTrainer handles text prompts only")
+    n = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
+    comp, lps, st = sample_groups(trainer._engine(), prompt_ids, n, trainer.max_completion_length,
+                                  trainer.temperature, trainer._tokenizer.eos_token_id,
+                                  merge_equal_lengths=trainer.merge_equal_lengths)
+    trainer._t["rollout"] += st["seconds"]
+    trainer._t["rollout_tokens"] += st["tokens"]
+    return {"prompt_ids": [list(p) for p in prompt_ids], "completion_ids": comp, "logprobs": lps}
 
 
 def make_trainer_class():
@@ -188,9 +245,16 @@ def make_trainer_class():
             train_ds = kwargs.get("train_dataset")
             if train_ds is not None:
                 check_columns(train_ds)
+            if kwargs.get("rollout_func") is not None:
+                raise ValueError("rollout_func: EngineGRPOTrainer samples through its own (engine_rollout)")
+            kwargs["rollout_func"] = engine_rollout
             super().__init__(*args, **kwargs)
             if self.args.use_vllm:
                 raise ValueError("EngineGRPOTrainer samples with the project's engine: use_vllm must be False")
+            if self.vllm_importance_sampling_correction and self.loss_type == "vespo":
+                raise ValueError("loss_type='vespo' computes its own weights from the importance ratio, which "
+                                 "EngineGRPOTrainer passes through the advantages: choose another loss_type or set "
+                                 "vllm_importance_sampling_correction=False")
             self.rollout_precision = rollout_precision
             self.engine_max_len = engine_max_len
             self.engine_kwargs = dict(engine_kwargs or {})
@@ -219,18 +283,6 @@ def make_trainer_class():
                 self._refreshed_step = self.state.global_step
             return self.engine
 
-        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations,
-                                  has_tool_images=False):
-            if images is not None and any(i is not None for i in images):
-                raise ValueError("EngineGRPOTrainer handles text prompts only")
-            engine = self._engine()
-            comp, lps, st = sample_groups(engine, prompt_ids, num_generations, self.max_completion_length,
-                                          self.temperature, self._tokenizer.eos_token_id,
-                                          merge_equal_lengths=self.merge_equal_lengths)
-            self._t["rollout"] += st["seconds"]
-            self._t["rollout_tokens"] += st["tokens"]
-            return comp, lps
-
         # -- importance correction
         def _generate_and_score_completions(self, inputs):
             out = super()._generate_and_score_completions(inputs)
@@ -255,23 +307,13 @@ def make_trainer_class():
                 weights = importance_weights(old, samp, mask, self.vllm_importance_sampling_mode,
                                              self.vllm_importance_sampling_clip_min,
                                              self.vllm_importance_sampling_clip_max)
-                out["importance_sampling_ratio"] = weights
+                out["advantages"] = weighted_advantages(out["advantages"], weights)
                 out["old_per_token_logps"] = old
             for k, v in mismatch_metrics(old, samp, mask, weights).items():
                 self._metrics[mode][k].append(v)
             _sync(dev)
             self._t["logprobs"] += time.perf_counter() - t0
             return out
-
-        def _compute_loss(self, model, inputs):
-            if "importance_sampling_ratio" not in inputs:
-                return super()._compute_loss(model, inputs)
-            # TRL multiplies the per-token loss by inputs["importance_sampling_ratio"] on its vLLM path only.
-            self.use_vllm = True
-            try:
-                return super()._compute_loss(model, inputs)
-            finally:
-                self.use_vllm = False
 
         # -- step timing
         def training_step(self, model, inputs, num_items_in_batch=None):
@@ -350,7 +392,10 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
                      logging_steps=1, save_strategy="no", report_to=[], bf16=False, fp16=False,
                      use_cpu=device == "cpu", disable_tqdm=not progress, lr_scheduler_type="constant",
                      vllm_importance_sampling_correction=correction, vllm_importance_sampling_mode=importance_mode,
-                     vllm_importance_sampling_clip_max=clip_max, dataloader_num_workers=0)
+                     vllm_importance_sampling_clip_max=clip_max, dataloader_num_workers=0,
+                     # off (TRL's default is on): a tiny model's activations take a few MB, and checkpointing
+                     # would recompute every forward in the backward for no memory that is needed
+                     **checkpointing(GRPOConfig, False))
     Trainer = make_trainer_class()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -414,7 +459,10 @@ def step_time_bench(steps: int = 3, completions: int = 64, num_generations: int 
                          num_generations=num_generations, max_completion_length=new_tokens, max_steps=steps,
                          logging_steps=1, save_strategy="no", report_to=[], bf16=True, learning_rate=1e-5,
                          temperature=1.0, top_k=0, disable_tqdm=True, vllm_importance_sampling_correction=kind == "engine",
-                         generation_kwargs={"min_new_tokens": new_tokens})
+                         generation_kwargs={"min_new_tokens": new_tokens},
+                         # on in both arms, stated rather than inherited: TRL's default, and at this shape
+                         # (64 sequences of ~190 tokens, 28 layers) a T4 needs it
+                         **checkpointing(GRPOConfig, True))
         if kind == "trl_default":
             tr = GRPOTrainer(model=model, reward_funcs=[length_reward], args=cfg, train_dataset=ds,
                              processing_class=tok)
