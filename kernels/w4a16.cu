@@ -20,13 +20,16 @@
 //     loads (8 consecutive rows hit 8 disjoint 4-bank groups).
 //     Split-K (chosen from the shape and SM count only) writes fp32 partials
 //     to a workspace that a second kernel sums in split order.
+//   * MMA GEMM (M = 1..64, batched decode): mma.sync m16n8k8 on the tensor-core
+//     layout of t4lib/ops/w4a16/layout.py, weights streamed straight from DRAM
+//     into registers (below, "small-M tensor-core GEMM").
 // Every kernel walks its work items in a grid-stride loop: results are
 // bit-identical for any grid cap (max_ctas, occupancy pacing).
 #include <mma.h>
 
 #include "gemv.cuh"
 
-// t4lib:hot gemv_kernel w4a16_gemm_kernel
+// t4lib:hot gemv_kernel w4a16_gemm_kernel w4a16_mma_kernel
 
 namespace {
 
@@ -312,6 +315,332 @@ bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 
 }  // namespace
 
+// ---------------------------------------------------------------- small-M tensor-core GEMM
+//
+// y^T = W_deq . x^T on mma.sync.m16n8k8 (fp16 in, fp32 accumulate): the WEIGHT is the 16 x 8
+// A operand (16 output rows n, 8 k) and the activations the 8 x 8 B operand (k x 8 rows m), so
+// M = 1..8 fills one n8 tile and M = 64 eight; M is never padded to 16.
+//
+// Layout (t4lib/ops/w4a16/layout.py; N padded to 32 rows, K to 64, both with zeros):
+//   tiles  [N/16][K/64][32 lanes] uint4: the 16 x 64 weight tile (nt, kt) is 512 contiguous
+//          bytes and lane (g = lane / 4, t = lane % 4) reads its whole share with ONE 16-byte load.
+//   scales [N/16][groups][8] half2: (s[16 nt + g], s[16 nt + 8 + g]) of one group.
+// K is permuted inside a tile: k-step ks (0..7) of lane t covers k = 16 t + 2 ks + {0, 1}, so a
+// lane's operands of the whole tile are W[g or g+8][16 t .. 16 t + 15] and x[m][16 t .. 16 t + 15]
+// (the sum over k does not care about its order). Word j (0..3) of the lane's uint4 holds, in the
+// LOP3 nibble order, v0 v1 = W[g][16t+4j+{0,1}], v2 v3 = W[g+8][..same k], v4 v5 = W[g][16t+4j+2+{0,1}],
+// v6 v7 = W[g+8][..same k]: the A fragments (a0 = row g, a1 = row g + 8) of k-steps 2j and 2j + 1.
+// The B fragment of k-step ks is the half2 x[8 mt + g][16 t + 2 ks .. +1]: word ks of two plain
+// 16-byte loads of x (L1-cached: every warp of the SM reads the same x), so neither ldmatrix nor a
+// shared-memory stage is needed for the activations.
+//
+// Work: item = (R consecutive 16-row tiles, one of `splits` K ranges); the 4 warps of a CTA take the
+// k-tiles of the range round-robin and are summed in warp order through shared memory; split > 1
+// writes fp32 partials that w4a16_splitk_reduce_kernel sums in split order. sm_75 has no cp.async:
+// each warp keeps kMmaStages k-tiles of weight loads in flight in registers (the next ones are issued
+// before the current one is dequantized and multiplied).
+namespace {
+
+constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps, kMmaTileK = 64, kMmaStages = 4;
+
+// Read-once weight stream: bypass L1 so x and the scales keep it.
+__device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+
+// Signed INT4 x8 (LOP3 nibble order, values v0..v7) -> out[i] = (v2i, v2i+1) exactly, 9 instructions.
+// Low nibble of a byte: (q & 0x000F000F) ^ 0x64086408 is the fp16 pair 1024 + (v ^ 8) = 1032 + v; - 1032.
+// High nibble: (q & 0x00F000F0) ^ 0x64806480 is 1024 + 16 (v + 8); one fma: * 1/16 - 72 = v (exact).
+__device__ __forceinline__ void dequant_int4x8_mma(uint32_t q, half2 (&out)[4]) {
+  const half2 kSub = t4::as_half2(0x64086408u), kMul = t4::as_half2(0x2C002C00u), kAdd = t4::as_half2(0xD480D480u);
+  const uint32_t q8 = q >> 8;
+  out[0] = __hsub2(t4::as_half2(t4::lop3<0x6A>(q, 0x000F000Fu, 0x64086408u)), kSub);             // v0 v1
+  out[1] = __hfma2(t4::as_half2(t4::lop3<0x6A>(q, 0x00F000F0u, 0x64806480u)), kMul, kAdd);       // v2 v3
+  out[2] = __hsub2(t4::as_half2(t4::lop3<0x6A>(q8, 0x000F000Fu, 0x64086408u)), kSub);            // v4 v5
+  out[3] = __hfma2(t4::as_half2(t4::lop3<0x6A>(q8, 0x00F000F0u, 0x64806480u)), kMul, kAdd);      // v6 v7
+}
+
+// c[16 x 8] += a[16 x 8] . b[8 x 8], fp16 inputs, fp32 accumulators (sm_75's tensor-core shape).
+__device__ __forceinline__ void mma_16x8x8(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5}, {%6}, {%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+// CTAs per SM for __launch_bounds__: a register cap of 64K / (128 threads * blocks).
+template <int MT>
+struct MmaMinBlocks : std::integral_constant<int, MT <= 2 ? 4 : (MT <= 4 ? 3 : 2)> {};
+
+// One 16-row tile's k-tile as loaded: the lane's 16 weight bytes and its (row g, row g + 8) scales.
+struct MmaFrag {
+  uint4 q;
+  uint32_t s;
+};
+
+struct MmaArgs {
+  const uint4* tiles;       // [NT][KT][32]
+  const uint32_t* scales;   // [NT][G][8] half2
+  const half* x;            // [M, K]
+  half* y;                  // [M, N]
+  float* ws;                // [splits, M, N] when splits > 1
+  int M, N, K, KT, G, gshift, splits, n_items;
+};
+
+template <int R>
+__device__ __forceinline__ void mma_load(MmaFrag (&f)[R], const MmaArgs& a, int nt0, int kt, int lane) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const long long nt = nt0 + r;
+    f[r].q = ldg_stream(a.tiles + (nt * a.KT + kt) * 32 + lane);
+    f[r].s = __ldg(a.scales + (nt * a.G + ((kt * kMmaTileK + 16 * (lane & 3)) >> a.gshift)) * 8 + (lane >> 2));
+  }
+}
+
+// acc[r][mt] += tile rows (nt0 + r) . x[8 mt .. 8 mt + 7]^T over k-tile kt.
+// Ablations (measurement only, results are garbage): which stage the time goes to.
+enum MmaMode { kMmaFull = 0, kMmaLoadsOnly = 1, kMmaNoTensorCores = 2 };
+
+// The lane's B operands of k-tile kt: x[8 mt + g][k .. k + 15], zeros beyond M or K (K % 16 == 0:
+// a lane's 16 columns are whole or none).
+template <int MT>
+__device__ __forceinline__ void mma_load_x(uint4 (&xb)[MT][2], const MmaArgs& a, int kt, int lane) {
+  const int g = lane >> 2, k = kt * kMmaTileK + 16 * (lane & 3);
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+    const int m = 8 * mt + g;
+    if (m < a.M && k < a.K) {
+      const half* p = a.x + (long long)m * a.K + k;
+      xb[mt][0] = t4::gemv::ldg16(p);
+      xb[mt][1] = t4::gemv::ldg16(p + 8);
+    } else {
+      xb[mt][0] = xb[mt][1] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// Accumulator sets per output fragment: even k-steps go to set 0, odd ones to set kChains - 1. With one
+// M-tile and one row tile (R = 1) a single set makes every MMA of a tile wait for the previous one;
+// R = 2 or more M-tiles interleave independent chains already (and a second set costs registers).
+template <int MT, int R>
+struct MmaChains : std::integral_constant<int, MT == 1 && R == 1 ? 2 : 1> {};
+
+template <int MT, int R, int Mode, int kChains>
+__device__ __forceinline__ void mma_tile(const MmaFrag (&f)[R], const uint4 (&xb)[MT][2],
+                                         float (&acc)[kChains][R][MT][4]) {
+  if constexpr (Mode == kMmaLoadsOnly) {  // keep every load alive, no dequantization, no MMA
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      uint32_t v = f[r].q.x ^ f[r].q.y ^ f[r].q.z ^ f[r].q.w ^ f[r].s;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) v ^= xb[mt][0].x ^ xb[mt][1].w;
+      acc[0][r][0][0] += __uint_as_float(v & 0x3FFFFFFFu);
+    }
+    return;
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const half2 s2 = t4::as_half2(f[r].s);
+    const half2 s_lo = __low2half2(s2), s_hi = __high2half2(s2);  // row g, row g + 8
+    const uint32_t* q = reinterpret_cast<const uint32_t*>(&f[r].q);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {  // word j: k-steps 2j, 2j + 1
+      half2 h[4];
+      dequant_int4x8_mma(q[j], h);
+      // fp16(q * s): the reference's rounding
+      const uint32_t a0e = t4::as_u32(__hmul2(h[0], s_lo)), a1e = t4::as_u32(__hmul2(h[1], s_hi));
+      const uint32_t a0o = t4::as_u32(__hmul2(h[2], s_lo)), a1o = t4::as_u32(__hmul2(h[3], s_hi));
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const uint32_t* xw = reinterpret_cast<const uint32_t*>(&xb[mt][j >> 1]);
+        if constexpr (Mode == kMmaNoTensorCores) {  // dequantized operands kept alive, no MMA
+          acc[0][r][mt][j] += __uint_as_float((a0e ^ a1e ^ a0o ^ a1o ^ xw[0] ^ xw[1]) & 0x3FFFFFFFu);
+        } else {
+          mma_16x8x8(acc[0][r][mt], a0e, a1e, xw[2 * (j & 1)]);
+          mma_16x8x8(acc[kChains - 1][r][mt], a0o, a1o, xw[2 * (j & 1) + 1]);
+        }
+      }
+    }
+  }
+}
+
+template <int MT, int R, int Mode = kMmaFull, int kStages = kMmaStages, int kChains = MmaChains<MT, R>::value>
+__global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mma_kernel(const MmaArgs a) {
+  __shared__ float red[kMmaWarps - 1][R * MT * 4][32];  // warps 1..3's partial sums
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int per = (a.KT + a.splits - 1) / a.splits;
+
+  for (int item = blockIdx.x; item < a.n_items; item += gridDim.x) {
+    const int split = item % a.splits, nt0 = (item / a.splits) * R;
+    const int kt_end = min(a.KT, (split + 1) * per);
+    const int first = split * per + warp;
+    constexpr int kStep = kMmaWarps * kStages;  // k-tiles between two uses of one stage
+
+    float accs[kChains][R][MT][4];
+#pragma unroll
+    for (int h = 0; h < kChains; ++h)
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) accs[h][r][mt][c] = 0.f;
+
+    MmaFrag st[kStages][R];  // k-tiles first + s * 4, s < kStages, in flight
+#pragma unroll
+    for (int s = 0; s < kStages; ++s)
+      if (first + s * kMmaWarps < kt_end) mma_load<R>(st[s], a, nt0, first + s * kMmaWarps, lane);
+    for (int base = first; base < kt_end; base += kStep) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) {
+        const int kt = base + s * kMmaWarps;
+        if (kt < kt_end) {  // warp-uniform
+          MmaFrag cur[R];
+#pragma unroll
+          for (int r = 0; r < R; ++r) cur[r] = st[s][r];
+          if (kt + kStep < kt_end) mma_load<R>(st[s], a, nt0, kt + kStep, lane);  // in flight during the math
+          uint4 xb[MT][2];
+          mma_load_x<MT>(xb, a, kt, lane);
+          mma_tile<MT, R, Mode, kChains>(cur, xb, accs);
+        }
+      }
+    }
+    float (&acc)[R][MT][4] = accs[0];
+    if constexpr (kChains == 2) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) acc[r][mt][c] += accs[1][r][mt][c];
+    }
+
+    // Sum the 4 warps in warp order; warp 0 stores. C fragment: c0, c1 = (row g, m = 2t, 2t + 1),
+    // c2, c3 = (row g + 8, same m).
+    if (warp > 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) red[warp - 1][(r * MT + mt) * 4 + c][lane] = acc[r][mt][c];
+    }
+    __syncthreads();
+    if (warp == 0) {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            float v = acc[r][mt][c];
+#pragma unroll
+            for (int w = 0; w < kMmaWarps - 1; ++w) v += red[w][(r * MT + mt) * 4 + c][lane];
+            const int n = (nt0 + r) * 16 + g + (c >> 1) * 8, m = 8 * mt + 2 * t + (c & 1);
+            if (m < a.M && n < a.N) {
+              if (a.splits == 1) a.y[(long long)m * a.N + n] = __float2half_rn(v);
+              else a.ws[((long long)split * a.M + m) * a.N + n] = v;
+            }
+          }
+    }
+    __syncthreads();  // red is rewritten by the next item
+  }
+}
+
+constexpr int kMmaMaxMT = 8;      // M <= 64
+constexpr int kMmaMaxSplits = 16;
+
+// R (16-row tiles per work item): 2 halves the x reads per weight byte and doubles each warp's loads in
+// flight, 1 doubles the work items. Measured on an H200 (results/nvidia-h200/labs/w4a16_mma_lab_r1.json,
+// R1/R2 cases): R = 2 won at 17408x5120 for every M and at 5120x17408 for M = 2..32 (M = 64 within 4%);
+// R = 1 won or tied at 1536x8960 (M <= 16), 896x4864 and 4864x896, tied at 8960x1536 (M <= 16).
+int mma_default_r(int K, int n_tiles16) { return K >= 4096 && n_tiles16 >= 64 ? 2 : 1; }
+
+template <int MT, int R>
+int mma_occupancy() {
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R>, kMmaThreads, 0);
+  return per_sm > 0 ? per_sm : 1;
+}
+
+template <int MT>
+int mma_occupancy_r(int R) { return R == 1 ? mma_occupancy<MT, 1>() : mma_occupancy<MT, 2>(); }
+
+int mma_occupancy_for(int MT, int R) {
+  switch (MT) {
+    case 1: return mma_occupancy_r<1>(R);
+    case 2: return mma_occupancy_r<2>(R);
+    case 3: return mma_occupancy_r<3>(R);
+    case 4: return mma_occupancy_r<4>(R);
+    case 5: return mma_occupancy_r<5>(R);
+    case 6: return mma_occupancy_r<6>(R);
+    case 7: return mma_occupancy_r<7>(R);
+    default: return mma_occupancy_r<8>(R);
+  }
+}
+
+// Splits minimising a cost in k-tile steps of one warp: resident rounds x (k-tiles per warp +
+// pipeline fill) + the fp32 partials' write and re-read (and the reduce launch) when split.
+int mma_choose_splits(int M, int N, int K, int R, int slots) {
+  const int MT = (M + 7) / 8;
+  const long long items1 = (long long)((N + 31) / 32 * 2) / R;
+  const int KT = (K + kMmaTileK - 1) / kMmaTileK;
+  const double step_bytes = (double)slots * kMmaWarps * R * 512;  // weight bytes of one k-step of all warps
+  double best = 1e300;
+  int best_s = 1;
+  for (int s = 1; s <= kMmaMaxSplits && s <= KT; ++s) {
+    const int per = (KT + s - 1) / s;
+    if ((long long)per * (s - 1) >= KT) break;  // an empty split
+    const long long items = items1 * s;
+    const double rounds = (double)((items + slots - 1) / slots);
+    double cost = rounds * ((per + kMmaWarps - 1) / kMmaWarps + 2.0);
+    if (s > 1) cost += 2.0 * s * M * (double)N * 4 / step_bytes + 2.0;
+    if (cost < best * 0.98) best = cost, best_s = s;  // a split must pay for itself clearly
+  }
+  (void)MT;
+  return best_s;
+}
+
+template <int MT, int R, int Mode = kMmaFull, int kStages = kMmaStages, int kChains = MmaChains<MT, R>::value>
+int mma_launch_t(const MmaArgs& a, int max_ctas, cudaStream_t stream) {
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R, Mode, kStages, kChains>,
+                                                kMmaThreads, 0);
+  long long grid = (long long)sm_count() * (per_sm > 0 ? per_sm : 1);
+  if (grid > a.n_items) grid = a.n_items;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_mma_kernel<MT, R, Mode, kStages, kChains><<<(int)grid, kMmaThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// kOtherChains: the accumulator-set count MmaChains does not pick (a measurement variant).
+template <int MT, int Mode = kMmaFull, int kStages = kMmaStages, bool kOtherChains = false>
+int mma_launch_r(const MmaArgs& a, int R, int max_ctas, cudaStream_t stream) {
+  constexpr int kC1 = kOtherChains ? 3 - MmaChains<MT, 1>::value : MmaChains<MT, 1>::value;
+  constexpr int kC2 = kOtherChains ? 3 - MmaChains<MT, 2>::value : MmaChains<MT, 2>::value;
+  return R == 1 ? mma_launch_t<MT, 1, Mode, kStages, kC1>(a, max_ctas, stream)
+                : mma_launch_t<MT, 2, Mode, kStages, kC2>(a, max_ctas, stream);
+}
+
+// Measurement variants exist for M-tile counts 1, 2 and 8 only (M = 1..8, 9..16, 57..64).
+template <int Mode, int kStages = kMmaStages, bool kOtherChains = false>
+int mma_launch_variant(const MmaArgs& a, int R, int max_ctas, cudaStream_t stream) {
+  switch ((a.M + 7) / 8) {
+    case 1: return mma_launch_r<1, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
+    case 2: return mma_launch_r<2, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
+    case 8:  // the other chain count is not built for 8 M-tiles (8 independent chains already)
+      if constexpr (kOtherChains) return static_cast<int>(cudaErrorInvalidValue);
+      else return mma_launch_r<8, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
+
+}  // namespace
+
 // y[M, N] = x[M, K] @ W_deq[N, K]^T for M = 1..8. qweight [N, K/8] int32, scales [N, K/group_size] fp16.
 // Requires K % group_size == 0, group_size in {32, 64, 128}, 16-byte aligned x and qweight.
 T4_API int t4_w4a16_gemv(const uint32_t* qweight, const half* scales, const half* x, half* y, int M, int N, int K,
@@ -367,6 +696,80 @@ T4_API int t4_w4a16_gemm(const uint32_t* qweight, const half* scales, const half
     case 16: st = gemm_launch<16>(x, qw, scales, y, ws, M, N, K, gshift, splits, max_ctas, stream); break;
     case 32: st = gemm_launch<32>(x, qw, scales, y, ws, M, N, K, gshift, splits, max_ctas, stream); break;
     default: st = gemm_launch<64>(x, qw, scales, y, ws, M, N, K, gshift, splits, max_ctas, stream); break;
+  }
+  if (st || splits == 1) return st;
+  const long long mn = (long long)M * N;
+  long long grid = (mn + 255) / 256;
+  const long long cap = 4LL * sm_count() * 8;
+  if (grid > cap) grid = cap;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
+  T4_RETURN_LAUNCH_STATUS();
+}
+
+// ---------------------------------------------------------------- small-M tensor-core GEMM launchers
+
+// Launch configuration of t4_w4a16_mma for this shape on the current device: out[0] = R (16-row
+// tiles per work item), out[1] = K splits (the caller allocates splits * M * N fp32 when > 1).
+// r_force (1 or 2) fixes R, splits_force (>= 1) fixes the splits (measurement labs); 0 = choose.
+T4_API int t4_w4a16_mma_config(int M, int N, int K, int r_force, int splits_force, int* out) {
+  if (M < 1 || M > 8 * kMmaMaxMT || N < 1 || K < 1 || r_force < 0 || r_force > 2 || splits_force < 0)
+    return static_cast<int>(cudaErrorInvalidValue);
+  const int MT = (M + 7) / 8, n_tiles16 = (N + 31) / 32 * 2, sms = sm_count();
+  int R = r_force ? r_force : mma_default_r(K, n_tiles16);
+  const int slots = sms * mma_occupancy_for(MT, R);
+  const int KT = (K + kMmaTileK - 1) / kMmaTileK;
+  int splits = splits_force ? splits_force : mma_choose_splits(M, N, K, R, slots);
+  if (splits > KT) splits = KT;
+  const int per = (KT + splits - 1) / splits;
+  out[0] = R;
+  out[1] = (KT + per - 1) / per;  // no empty split
+  return 0;
+}
+
+// y[M, N] = x[M, K] @ W_deq[N, K]^T for M = 1..64 from the tensor-core layout (see the MMA section):
+// tiles [ceil(N/32)*2][ceil(K/64)][32] uint4, scales [ceil(N/32)*2][groups][8] half2 with
+// groups = ceil(K/64) * 64 / group_size. x 16-byte aligned, K % 32 == 0. R and splits from
+// t4_w4a16_mma_config; ws: splits * M * N fp32 (nullptr if splits == 1).
+// variant: 0 = the kernel. Measurement variants, M in 1..16 or 57..64 only: 1 = loads only and
+// 2 = loads and dequantization without the MMAs (output meaningless), 3 / 4 = 2 / 6 register
+// stages of weight loads instead of 4, 5 = the other accumulator-set count (M <= 16).
+T4_API int t4_w4a16_mma(const void* tiles, const void* scales, const half* x, half* y, float* ws, int M, int N,
+                        int K, int group_size, int R, int splits, int max_ctas, int variant, cudaStream_t stream) {
+  if (variant < 0 || variant > 5 || !valid_group(group_size) || K % group_size || M < 1 || M > 8 * kMmaMaxMT || N < 1 || (R != 1 && R != 2) ||
+      splits < 1 || (splits > 1 && !ws))
+    return static_cast<int>(cudaErrorInvalidValue);
+  MmaArgs a{};
+  a.tiles = static_cast<const uint4*>(tiles);
+  a.scales = static_cast<const uint32_t*>(scales);
+  a.x = x;
+  a.y = y;
+  a.ws = ws;
+  a.M = M;
+  a.N = N;
+  a.K = K;
+  a.KT = (K + kMmaTileK - 1) / kMmaTileK;
+  a.G = a.KT * kMmaTileK / group_size;
+  a.gshift = __builtin_ctz(group_size);
+  const int per = (a.KT + splits - 1) / splits;
+  if ((long long)per * (splits - 1) >= a.KT) return static_cast<int>(cudaErrorInvalidValue);  // an empty split
+  a.splits = splits;
+  a.n_items = (N + 31) / 32 * 2 / R * splits;
+  int st;
+  if (variant == 1) return mma_launch_variant<kMmaLoadsOnly>(a, R, max_ctas, stream);
+  if (variant == 2) return mma_launch_variant<kMmaNoTensorCores>(a, R, max_ctas, stream);
+  if (variant == 3) st = mma_launch_variant<kMmaFull, 2>(a, R, max_ctas, stream);
+  else if (variant == 4) st = mma_launch_variant<kMmaFull, 6>(a, R, max_ctas, stream);
+  else if (variant == 5) st = mma_launch_variant<kMmaFull, kMmaStages, true>(a, R, max_ctas, stream);
+  else switch ((M + 7) / 8) {
+    case 1: st = mma_launch_r<1>(a, R, max_ctas, stream); break;
+    case 2: st = mma_launch_r<2>(a, R, max_ctas, stream); break;
+    case 3: st = mma_launch_r<3>(a, R, max_ctas, stream); break;
+    case 4: st = mma_launch_r<4>(a, R, max_ctas, stream); break;
+    case 5: st = mma_launch_r<5>(a, R, max_ctas, stream); break;
+    case 6: st = mma_launch_r<6>(a, R, max_ctas, stream); break;
+    case 7: st = mma_launch_r<7>(a, R, max_ctas, stream); break;
+    default: st = mma_launch_r<8>(a, R, max_ctas, stream); break;
   }
   if (st || splits == 1) return st;
   const long long mn = (long long)M * N;

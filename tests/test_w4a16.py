@@ -33,17 +33,6 @@ def test_reference_equals_dequantized_matmul():
     assert torch.equal(ops.gemm(x, w), want)
 
 
-def test_matmul_picks_gemv_or_gemm(monkeypatch):
-    w = _w(8, 128)
-    called = []
-    monkeypatch.setattr(ops, "gemv", lambda x, w, **kw: called.append(("gemv", x.shape[0])) or x[:, :8])
-    monkeypatch.setattr(ops, "gemm", lambda x, w, **kw: called.append(("gemm", x.shape[0])) or x[:, :8])
-    for M in (1, ops.MATMUL_GEMV_MAX_M, ops.MATMUL_GEMV_MAX_M + 1, 9):
-        assert ops.matmul(_x(M, 128), w).shape == (M, 8)
-    assert called == [("gemv", 1), ("gemv", ops.MATMUL_GEMV_MAX_M), ("gemm", ops.MATMUL_GEMV_MAX_M + 1),
-                      ("gemm", 9)]
-
-
 def test_noncontiguous_x_is_accepted():
     w = _w(16, 128)
     x = _x(128, 4).t()  # [4, 128] non-contiguous

@@ -12,8 +12,9 @@ class QuantLinear(nn.Module):
 
     Buffers: ``qweight [out, in/8] int32``, ``scales [out, in/group_size] fp16``,
     optional ``bias [out] fp16``. ``x [..., in]``: rows are flattened to
-    ``[M, in]``; M <= 8 runs the GEMV kernel, larger M the WMMA GEMM (on CUDA),
-    the PyTorch reference elsewhere. On CUDA the computation is in fp16 (other
+    ``[M, in]`` and go through :func:`t4lib.ops.w4a16.matmul` (on CUDA the GEMV for
+    M = 1, the small-M tensor-core GEMM for M = 2..64, the WMMA GEMM above), the
+    PyTorch reference elsewhere. On CUDA the computation is in fp16 (other
     input dtypes are cast and the result cast back); ``max_ctas`` (attribute)
     caps the kernels' grids for occupancy pacing. ``activations`` (attribute,
     "fp16" or "int8"; :func:`set_activations` sets a whole model): "int8" runs

@@ -10,10 +10,13 @@ from __future__ import annotations
 import importlib
 
 _SUBMODULES = ("data", "sft", "evaluate", "lora_bench",
-               "grpo", "rollout", "importance", "cp_hybrid", "rewards")
+               "grpo", "rollout", "importance", "cp_hybrid", "rewards", "fused_adamw")
+_FROM_SUBMODULE = {"FusedAdamWLinear": "fused_adamw"}
 
 
 def __getattr__(name: str):
     if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _FROM_SUBMODULE:
+        return getattr(importlib.import_module(f"{__name__}.{_FROM_SUBMODULE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

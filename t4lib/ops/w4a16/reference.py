@@ -11,9 +11,9 @@ Tolerance of the CUDA kernels against this reference (:func:`tolerance`):
   roundings is at most 2^-11 of the running |partial| <= sum of |x w| over the
   8 values, so ``|y - y_ref| <= 4 * 2^-11 * sum_k |x_k w_nk|`` plus the final
   fp16 rounding of ``y`` (2^-11 |y|) and fp32 summation noise.
-* GEMM: WMMA products of fp16 inputs are exact in fp32 and accumulate in
-  fp32, so only the summation order and the final rounding differ: well
-  inside the same bound.
+* GEMM (WMMA) and MMA GEMM (mma.sync m16n8k8): products of fp16 inputs are
+  exact in fp32 and accumulate in fp32, so only the summation order and the
+  final rounding differ: well inside the same bound.
 
 ``tolerance`` returns ``2.5e-3 * (|x| @ |W_deq|^T) + 1e-3 * |y_ref| + 1e-5`` elementwise.
 
@@ -37,6 +37,7 @@ def matmul(x: torch.Tensor, w) -> torch.Tensor:
 
 gemv = matmul
 gemm = matmul
+mma = matmul  # the MMA GEMM (any weight with ``dequantize``: QuantizedWeight or layout.MmaWeight)
 
 
 def exact_weight(w) -> torch.Tensor:
