@@ -13,6 +13,7 @@ BENCHES = {
     "int4": "t4lib.ops.int4.bench",
     "bitlevel": "t4lib.ops.bitlevel_bench",
     "w4a16": "t4lib.ops.w4a16.bench",
+    "serving": "t4lib.serving.bench",
     "deltanet": "t4lib.models.qwen35.components_bench",
     "contract": "t4lib.contract.bench",
 }

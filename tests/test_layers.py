@@ -37,3 +37,26 @@ def test_w4a16_format_is_one_type_everywhere():
 
     assert ops_qw is fmt_qw is quant_qw is quant_w4a16_qw
     assert pack_int4_rows.__module__ == unpack_int4_rows.__module__ == "t4lib.ops.w4a16.format"
+
+
+
+def test_no_op_module_imports_upward_even_lazily():
+    """Also imports inside functions (benches): whole-model benches live with the models they measure."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    upward = ("t4lib.models", "t4lib.serving", "t4lib.quant", "t4lib.train", "t4lib.speculative")
+    bad = []
+    for path in (root / "t4lib" / "ops").rglob("*.py"):
+        package = ".".join(path.relative_to(root).with_suffix("").parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                names = [".".join(base + ([node.module] if node.module else []))]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            bad += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names if n.startswith(upward)]
+    assert not bad, f"op modules importing upward: {bad}"

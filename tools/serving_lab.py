@@ -13,7 +13,7 @@ import sys
 
 import torch
 
-from t4lib.ops.w4a16.bench import QWEN05, QWEN7B, build_random_model
+from t4lib.serving.bench import QWEN05, QWEN7B, build_random_model
 from t4lib.quant import default_policy, quantize_model
 from t4lib.results import lab_record
 from t4lib.serving import StaticEngine, fuse_projections

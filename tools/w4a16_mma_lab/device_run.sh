@@ -25,7 +25,7 @@ mkdir -p "$OUT"
 } 2>&1 | tee "$OUT/log.txt"
 if [ "$what" = lab ]; then
   echo "== serve smoke: 2-layer 0.5B shape, batch 8 ($(left) s left)" | tee -a "$OUT/log.txt"
-  timeout 60 python3 -c "from t4lib.ops.w4a16 import bench as b
+  timeout 60 python3 -c "from t4lib.serving import bench as b
 for f in b.serve_batch_compare('smoke', dict(b.QWEN05, num_hidden_layers=2), batches=(8,), new_tokens=16): print(f['name'], round(f['value'], 3))" 2>&1 | tail -8 | tee -a "$OUT/log.txt"
   echo "== lab ($(left) s left)" | tee -a "$OUT/log.txt"
   timeout $(( $(left) - 5 )) python3 -m t4lib.ops.w4a16.bench --lab "$OUT/w4a16_mma_lab.json" --lab-m 8 2 16 64 32 4 \
@@ -33,7 +33,8 @@ for f in b.serve_batch_compare('smoke', dict(b.QWEN05, num_hidden_layers=2), bat
     2>&1 | tail -20 | tee -a "$OUT/log.txt"
 else
   echo "== bench ($(left) s left)" | tee -a "$OUT/log.txt"
-  timeout $(( $(left) - 60 )) python3 -m t4lib.ops.w4a16.bench --out "$OUT" --sections gemm serve_batch \
+  { timeout $(( $(left) - 120 )) python3 -m t4lib.ops.w4a16.bench --out "$OUT" --sections gemm
+    timeout $(( $(left) - 60 )) python3 -m t4lib.serving.bench --out "$OUT" --sections serve_batch; } \
     2>&1 | grep -E "serve|M8/5120x17408|M2/5120x17408|M16/5120x17408|Error|error" | tail -30 | tee -a "$OUT/log.txt"
   echo "== lab ($(left) s left)" | tee -a "$OUT/log.txt"
   timeout $(( $(left) - 3 )) python3 -m t4lib.ops.w4a16.bench --lab "$OUT/w4a16_mma_lab.json" --lab-m 8 2 16 64 32 4 \
