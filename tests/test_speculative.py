@@ -716,23 +716,25 @@ def test_gpu_graph_equals_eager():
 @pytest.mark.gpu
 def test_gpu_sampling_graph_equals_eager():
     """Sampling reads the verify and plain-step logits from the captured graphs' output buffers: with fp32
-    weights and one seed, the graph engine draws the eager engine's tokens. Not always every token: the
-    graphs run the target at fixed shapes (k + 1 positions, the whole batch) where the eager engine runs
-    the exact ones, so cuBLAS may pick other kernels and the fp32 logits differ in their last bits; once in
-    a while a uniform draw lands on a boundary the difference moves, and the row goes its own way from
-    there (seen on an H200: one row of four, at its 14th token). Reading a wrong or stale buffer would
-    break every row from its first sampled token."""
+    weights, one seed and one fixed draft length, the graph engine draws the eager engine's tokens. The
+    draft length is fixed because the adaptive rule prices k by the timed cost of each captured graph, which
+    the eager engine does not have: with it on, the two engines draft different lengths, consume the seeded
+    stream differently and part after a few tokens (seen on an H200: two rows of four, at tokens 6 and 13).
+    The graphs run the target at fixed shapes where the eager engine runs the exact ones, so fp32 logits may
+    still differ in their last bits: one row may part at a near tie, never the first tokens of a row, which a
+    wrong or stale buffer would break."""
     model, prompts, _, _ = _gpu_setup(dtype=torch.float32, n=4)
     pld = PromptLookupDrafter(eos_token_id=EOS)
     kw = dict(eos_token_id=EOS, do_sample=True, temperature=0.8, top_k=20, seed=5)
-    want = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, use_graph=False).generate(prompts, 48, **kw)
-    got = SpeculativeEngine(model, pld, max_len=256, max_batch_size=4, compile=False).generate(prompts, 48, **kw)
+    fixed = dict(max_len=256, max_batch_size=4, ks=(4,), adaptive=False)
+    want = SpeculativeEngine(model, pld, use_graph=False, **fixed).generate(prompts, 48, **kw)
+    got = SpeculativeEngine(model, pld, compile=False, **fixed).generate(prompts, 48, **kw)
     assert got.graph and got.do_sample
     same = [g == w for g, w in zip(got.new_tokens, want.new_tokens)]
     first_split = [next((i for i, (a, b) in enumerate(zip(g, w)) if a != b), min(len(g), len(w)))
                    for g, w in zip(got.new_tokens, want.new_tokens)]
     assert sum(same) >= len(same) - 1 and min(first_split) >= 4, (same, first_split)
-    assert got.stats.plain_steps > 0 and got.stats.drafted > 0
+    assert got.stats.drafted > 0   # verify graphs ran (plain steps only where no row has a draft)
 
 
 @pytest.mark.gpu
