@@ -185,7 +185,9 @@ LAYOUT_MD = """\
   source is that commit's version of the script), `command` and `date`; the library never reads them, the
   notebooks load them through `t4lib.results.load_labs`. A lab whose script is no longer in the tree is removed.
 - `results/<device-slug>/logs/`: logs of the runs (compute-sanitizer, Nsight Compute, SASS dumps).
-- `results/verification/<device-slug>.json`: the GPU verification ledger (`python -m t4lib verify`).
+- `results/verification/<device-slug>.json`: the GPU verification ledger (`python -m t4lib verify`);
+  `results/verification/history/`: earlier entries kept because they hold evidence the current one does not
+  (a sanitizer run over every family, say); `check_ledger` reads only the current entries.
 """
 
 LAB_KEYS = ("device", "commit", "command", "date")
