@@ -13,6 +13,7 @@ copy bandwidth measured in the same process, beside a T4 roofline projection
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Callable
 
 import torch
@@ -20,6 +21,21 @@ import torch
 from . import hw, results
 
 Case = tuple[Callable[..., Any], Callable[[], tuple]]
+
+
+def wall_time(fn: Callable[[], Any], reps: int = 3) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``reps`` calls, the GPU synchronised before and after
+    each: for end-to-end work (generation, a training step) where host time is part of the cost."""
+    ts = []
+    for _ in range(reps):
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        ts.append(time.perf_counter() - t0)
+    return sorted(ts)[len(ts) // 2]
 
 
 def _nbytes(args: tuple) -> int:

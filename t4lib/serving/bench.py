@@ -10,7 +10,6 @@ rows go through ``ops.w4a16.matmul``'s small-M GEMM).
 """
 from __future__ import annotations
 
-import time
 import traceback
 from pathlib import Path
 
@@ -39,17 +38,6 @@ def build_random_model(cfg_kw: dict, dev="cuda"):
     with torch.device(dev):
         m = AutoModelForCausalLM.from_config(cfg, dtype=torch.float16)
     return m.eval()
-
-
-def _time(fn, reps=3):
-    ts = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2]
 
 
 def _engine_meta(r) -> dict:
@@ -86,8 +74,8 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
 
     if hf_baseline:
         hf_generate(m, ids, new_tokens)  # warm-up: same cache length, so the compiled forward is reused
-        t_hf = _time(lambda: hf_generate(m, ids, new_tokens))
-        t_hf1 = _time(lambda: hf_generate(m, ids, 1))
+        t_hf = bench.wall_time(lambda: hf_generate(m, ids, new_tokens))
+        t_hf1 = bench.wall_time(lambda: hf_generate(m, ids, 1))
         hf_decode = (new_tokens - 1) / (t_hf - t_hf1)
         fig("hf_static/tokens_per_s", new_tokens / t_hf, "tokens/s",
             note=f"model.generate(cache_implementation='static'), greedy, {new_tokens} new tokens after "
@@ -114,7 +102,7 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
         del eng
     fuse_projections(m)
     eng = engine()
-    t_e2e = _time(lambda: eng.generate(ids, new_tokens))
+    t_e2e = bench.wall_time(lambda: eng.generate(ids, new_tokens))
     r = eng.generate(ids, new_tokens)
     fig("engine_w4a16/tokens_per_s", new_tokens / t_e2e, "tokens/s",
         note="end to end like the HF figure (eager prefill + decode)", **_engine_meta(r))

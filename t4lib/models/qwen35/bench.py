@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from ... import hw, results
+from ... import bench, hw, results
 from ...ops.deltanet import reference as dn_ref
 from ...ops.deltanet import state_bytes
 from ...ops.gguf import FORMATS, TYPE_OF
@@ -149,22 +149,6 @@ def hf_config_27b(cfg: Qwen35Config):
         tie_word_embeddings=False, max_position_embeddings=4096)
 
 
-def _sync() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def _time(fn, reps=3) -> float:
-    ts = []
-    for _ in range(reps):
-        _sync()
-        t0 = time.perf_counter()
-        fn()
-        _sync()
-        ts.append(time.perf_counter() - t0)
-    return sorted(ts)[len(ts) // 2]
-
-
 def _fla_version() -> str | None:
     try:
         import fla
@@ -200,7 +184,7 @@ def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=t
             return m.generate(ids, max_new_tokens=n, min_new_tokens=n, **args)
 
     gen(new)   # warm-up (fla's Triton kernels compile here)
-    t_new, t_1 = _time(lambda: gen(new)), _time(lambda: gen(1))
+    t_new, t_1 = bench.wall_time(lambda: gen(new)), bench.wall_time(lambda: gen(1))
     out = {"decode_tokens_per_s": (new - 1) / (t_new - t_1), "t_new_s": t_new, "t_1_s": t_1,
            "fp16_weight_bytes": sum(p.numel() * p.element_size() for p in m.parameters()),
            "attn_implementation": m.config._attn_implementation, "fla": _fla_version()}
@@ -337,8 +321,8 @@ def run(out_dir: str | Path, quick: bool = False, hf_baseline: bool = True, prom
         ours = meta["engine_graph"]["decode_tokens_per_s"]
         frac = sb["total"] * ours / copy_bw
         fig("frac_copy_bw", frac, "fraction", "ARITHMETIC",
-            note=f"bytes_per_token x decode tokens/s (CUDA graphs) / copy bandwidth measured in this process; "
-                 f"target 0.60")
+            note="bytes_per_token x decode tokens/s (CUDA graphs) / copy bandwidth measured in this process; "
+                 "target 0.60")
         try:
             kinds = time_per_kind(model)
             meta["per_kind"] = kinds
