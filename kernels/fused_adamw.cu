@@ -16,7 +16,10 @@
 //
 // Epilogue (fused): the accumulator tile goes to shared memory (WMMA's fragment -> (n, k) mapping
 // is opaque), then each thread updates elements with coalesced reads and writes of master, m, v
-// and the fp16 copy: 12 bytes read + 14 written per parameter, dW never leaves the SM.
+// and the fp16 copy: 12 bytes read + 14 written per parameter, dW never leaves the SM. The tile's
+// optimizer state is prefetched into L2 while the last stages of the GEMM run, and the update
+// takes 4 parameters per thread with 16-byte accesses, 4 groups in flight (K % 4 == 0 and aligned
+// state; else one parameter at a time): the epilogue waits for memory once, not once per element.
 // Unfused baseline (a): the same core writes dW fp32, a separate elementwise kernel applies the
 // same update (reads dW 4 + 12, writes 14). The update is one device function with explicitly
 // rounded intrinsics (no FMA contraction), so fused and unfused give bit-identical results.
@@ -129,14 +132,98 @@ __device__ __forceinline__ void store_stage(const Stage& st, Smem& sm) {
   }
 }
 
+// Where the epilogue writes: the optimizer state (fused) or dW (unfused core).
+struct Out {
+  float* __restrict__ master;
+  float* __restrict__ exp_avg;
+  float* __restrict__ exp_avg_sq;
+  half* __restrict__ w16;
+  float* __restrict__ dw;
+  bool vec;  // K % 4 == 0 and 16-byte aligned fp32 arrays (8-byte aligned w16): 4 parameters per access
+};
+
+__device__ __forceinline__ void prefetch_l2(const float* p) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
+}
+
+// Ask L2 for the tile's master/m/v rows (each 64 fp32 = two 128-byte lines) before the epilogue
+// needs them; a hint only, so it changes no result. kNT threads (of index i) share the 384 lines.
+template <int kNT>
+__device__ __forceinline__ void prefetch_state(const Out& o, int i, int n0, int k0, int N, int K) {
+  for (int l = i; l < kBM * 2 * 3; l += kNT) {
+    const int r = l / 6, arr = (l % 6) / 2, n = n0 + r, k = k0 + (l % 2) * 32;
+    if (n >= N || k >= K) continue;
+    const long long idx = (long long)n * K + k;
+    prefetch_l2((arr == 0 ? o.master : arr == 1 ? o.exp_avg : o.exp_avg_sq) + idx);
+  }
+}
+
+// The update (kFused) or the dW store of one tile held in shared memory c, by kNT threads.
+template <bool kFused, int kNT>
+__device__ __forceinline__ void tile_epilogue(const float (*c)[kLdC], const Out& o, int n0, int k0, int N, int K,
+                                              const AdamWArgs& h) {
+  if (o.vec) {
+    constexpr int kGroups = kBM * kBN / 4, kBatch = 2;  // 4-parameter groups per tile; groups in flight
+    for (int e0 = threadIdx.x; e0 < kGroups; e0 += kNT * kBatch) {
+      float4 g[kBatch], p[kBatch], m[kBatch], v[kBatch];
+      long long idx[kBatch];
+      bool ok[kBatch];
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {  // every load of the batch is issued before any is used
+        const int e = e0 + j * kNT, r = e / (kBN / 4), c4 = (e % (kBN / 4)) * 4, n = n0 + r, k = k0 + c4;
+        ok[j] = e < kGroups && n < N && k < K;  // K % 4 == 0: k < K implies k + 3 < K
+        idx[j] = (long long)n * K + k;
+        if (!ok[j]) continue;
+        g[j] = *reinterpret_cast<const float4*>(&c[r][c4]);
+        if (kFused) {
+          p[j] = *reinterpret_cast<const float4*>(o.master + idx[j]);
+          m[j] = *reinterpret_cast<const float4*>(o.exp_avg + idx[j]);
+          v[j] = *reinterpret_cast<const float4*>(o.exp_avg_sq + idx[j]);
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kBatch; ++j) {
+        if (!ok[j]) continue;
+        if (kFused) {
+          adamw_update(g[j].x, p[j].x, m[j].x, v[j].x, h);
+          adamw_update(g[j].y, p[j].y, m[j].y, v[j].y, h);
+          adamw_update(g[j].z, p[j].z, m[j].z, v[j].z, h);
+          adamw_update(g[j].w, p[j].w, m[j].w, v[j].w, h);
+          *reinterpret_cast<float4*>(o.master + idx[j]) = p[j];
+          *reinterpret_cast<float4*>(o.exp_avg + idx[j]) = m[j];
+          *reinterpret_cast<float4*>(o.exp_avg_sq + idx[j]) = v[j];
+          const half2 lo = __floats2half2_rn(p[j].x, p[j].y), hi = __floats2half2_rn(p[j].z, p[j].w);
+          *reinterpret_cast<uint2*>(o.w16 + idx[j]) = make_uint2(t4::as_u32(lo), t4::as_u32(hi));
+        } else {
+          *reinterpret_cast<float4*>(o.dw + idx[j]) = g[j];
+        }
+      }
+    }
+    return;
+  }
+  // Consecutive threads take consecutive k of one row: every global access is coalesced.
+  for (int e = threadIdx.x; e < kBM * kBN; e += kNT) {
+    const int r = e / kBN, cc = e % kBN, n = n0 + r, k = k0 + cc;
+    if (n >= N || k >= K) continue;
+    const long long idx = (long long)n * K + k;
+    const float g = c[r][cc];
+    if (kFused) {
+      float p = o.master[idx], m = o.exp_avg[idx], v = o.exp_avg_sq[idx];
+      adamw_update(g, p, m, v, h);
+      o.master[idx] = p;
+      o.exp_avg[idx] = m;
+      o.exp_avg_sq[idx] = v;
+      o.w16[idx] = __float2half_rn(p);
+    } else {
+      o.dw[idx] = g;
+    }
+  }
+}
+
 // kFused: apply AdamW to master/m/v and write w16 in the epilogue; else write dW (fp32) to dw.
 template <bool kFused>
 __global__ void __launch_bounds__(kThreads) fused_adamw_gemm_kernel(Operand dy, Operand x, int T, int N, int K,
-                                                                    float* __restrict__ master,
-                                                                    float* __restrict__ exp_avg,
-                                                                    float* __restrict__ exp_avg_sq,
-                                                                    half* __restrict__ w16, float* __restrict__ dw,
-                                                                    AdamWArgs h) {
+                                                                    Out o, AdamWArgs h) {
   __shared__ __align__(128) Smem sm;
   const int warp = threadIdx.x >> 5, wm = warp >> 1, wn = warp & 1;
   const int tiles_n = (N + kBM - 1) / kBM, tiles_k = (K + kBN - 1) / kBN;
@@ -153,10 +240,12 @@ __global__ void __launch_bounds__(kThreads) fused_adamw_gemm_kernel(Operand dy, 
 
     Stage st;
     if (T > 0) load_stage(st, dy, x, T, 0, n0, k0);
+    if (kFused && T <= kBT) prefetch_state<kThreads>(o, threadIdx.x, n0, k0, N, K);
     for (int t0 = 0; t0 < T; t0 += kBT) {
       store_stage(st, sm);
       __syncthreads();
       if (t0 + kBT < T) load_stage(st, dy, x, T, t0 + kBT, n0, k0);  // in flight during the MMAs
+      if (kFused && t0 + 2 * kBT >= T && t0 + kBT < T) prefetch_state<kThreads>(o, threadIdx.x, n0, k0, N, K);
 #pragma unroll
       for (int kk = 0; kk < kBT; kk += 16) {
         wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::col_major> a[2];
@@ -179,23 +268,7 @@ __global__ void __launch_bounds__(kThreads) fused_adamw_gemm_kernel(Operand dy, 
       for (int j = 0; j < 2; ++j)
         wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kLdC, wmma::mem_row_major);
     __syncthreads();
-    // Consecutive threads take consecutive k of one row: every global access is coalesced.
-    for (int e = threadIdx.x; e < kBM * kBN; e += kThreads) {
-      const int r = e / kBN, c = e % kBN, n = n0 + r, k = k0 + c;
-      if (n >= N || k >= K) continue;
-      const long long idx = (long long)n * K + k;
-      const float g = sm.c[r][c];
-      if (kFused) {
-        float p = master[idx], m = exp_avg[idx], v = exp_avg_sq[idx];
-        adamw_update(g, p, m, v, h);
-        master[idx] = p;
-        exp_avg[idx] = m;
-        exp_avg_sq[idx] = v;
-        w16[idx] = __float2half_rn(p);
-      } else {
-        dw[idx] = g;
-      }
-    }
+    tile_epilogue<kFused, kThreads>(sm.c, o, n0, k0, N, K, h);
     __syncthreads();  // sm.c is read before the next tile's stage overwrites it
   }
 }
@@ -232,10 +305,7 @@ __device__ __forceinline__ int bar_full(int s) { return 1 + s; }               /
 __device__ __forceinline__ int bar_empty(int s) { return 1 + kWsStages + s; }
 
 __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, Operand x, int T, int N, int K,
-                                                                    float* __restrict__ master,
-                                                                    float* __restrict__ exp_avg,
-                                                                    float* __restrict__ exp_avg_sq,
-                                                                    half* __restrict__ w16, AdamWArgs h) {
+                                                                    Out o, AdamWArgs h) {
   __shared__ __align__(128) WsSmem sm;
   const int warp = threadIdx.x >> 5;
   const bool producer = warp >= kWsConsumers / 32;
@@ -273,6 +343,7 @@ __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, 
         }
         named_arrive(bar_full(s), kWsThreads);  // stage s is in shared memory
       }
+      prefetch_state<kWsProducers>(o, pt, n0, k0, N, K);  // the consumers still have stages to run
     } else {
       for (int it = 0; it < n_iters; ++it) {
         const int s = it % kWsStages;
@@ -303,17 +374,7 @@ __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, 
           wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kLdC, wmma::mem_row_major);
     }
     __syncthreads();
-    for (int e = threadIdx.x; e < kBM * kBN; e += kWsThreads) {
-      const int r = e / kBN, c = e % kBN, n = n0 + r, k = k0 + c;
-      if (n >= N || k >= K) continue;
-      const long long idx = (long long)n * K + k;
-      float p = master[idx], m = exp_avg[idx], v = exp_avg_sq[idx];
-      adamw_update(sm.c[r][c], p, m, v, h);
-      master[idx] = p;
-      exp_avg[idx] = m;
-      exp_avg_sq[idx] = v;
-      w16[idx] = __float2half_rn(p);
-    }
+    tile_epilogue<true, kWsThreads>(sm.c, o, n0, k0, N, K, h);
     __syncthreads();
   }
 }
@@ -361,6 +422,12 @@ int sm_count() {
 
 bool aligned(const void* p, int bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+Out make_out(float* master, float* m, float* v, half* w16, float* dw, int K) {
+  const bool vec = K % 4 == 0 && (dw ? aligned(dw, 16)
+                                     : aligned(master, 16) && aligned(m, 16) && aligned(v, 16) && aligned(w16, 8));
+  return Out{master, m, v, w16, dw, vec};
+}
+
 AdamWArgs make_args(float decay, float w1, float b2, float w2, float bc2_sqrt, float eps, float neg_step) {
   return AdamWArgs{decay, w1, b2, w2, bc2_sqrt, eps, neg_step};
 }
@@ -376,7 +443,8 @@ int gemm_launch(const half* dy, const half* x, int T, int N, int K, float* maste
   long long grid = (long long)sm_count() * (per_sm > 0 ? per_sm : 1);
   if (grid > tiles) grid = tiles;
   if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  fused_adamw_gemm_kernel<kFused><<<(int)grid, kThreads, 0, stream>>>(a, b, T, N, K, master, m, v, w16, dw, h);
+  fused_adamw_gemm_kernel<kFused><<<(int)grid, kThreads, 0, stream>>>(a, b, T, N, K,
+                                                                      make_out(master, m, v, w16, dw, K), h);
   T4_RETURN_LAUNCH_STATUS();
 }
 
@@ -408,7 +476,8 @@ T4_API int t4_fused_adamw_gemm_ws(const half* dy, const half* x, float* master, 
   long long grid = (long long)sm_count() * (per_sm > 0 ? per_sm : 1);
   if (grid > tiles) grid = tiles;
   if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  fused_adamw_ws_kernel<<<(int)grid, kWsThreads, 0, stream>>>(a, b, T, N, K, master, exp_avg, exp_avg_sq, w16, h);
+  fused_adamw_ws_kernel<<<(int)grid, kWsThreads, 0, stream>>>(
+      a, b, T, N, K, make_out(master, exp_avg, exp_avg_sq, w16, nullptr, K), h);
   T4_RETURN_LAUNCH_STATUS();
 }
 

@@ -128,6 +128,37 @@ def test_output_logits_are_the_choices():
     agree_until_near_tie(r, StaticEngine(m, max_len=64, compile=True).generate(ids, 10, output_logits=True))
 
 
+@pytest.mark.parametrize("do_sample,temperature,top_k", [(False, 1.0, 0), (True, 0.7, 0), (True, 1.3, 5)])
+def test_output_logprobs_are_the_chosen_tokens_log_probabilities(do_sample, temperature, top_k):
+    """logprobs[b, i] = log_softmax(logits / temperature over the top k)[token]; the tokens drawn are the
+    ones drawn without logprobs (same seed), so recording them changes no sample."""
+    m, ids = wandering()
+    kw = dict(do_sample=do_sample, temperature=temperature, top_k=top_k, seed=11)
+    eng = StaticEngine(m, max_len=64)
+    r = eng.generate(ids, 10, output_logits=True, output_logprobs=True, **kw)
+    scaled = r.logits / temperature
+    if top_k:
+        kth = scaled.topk(top_k, dim=-1).values[..., -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    want = torch.log_softmax(scaled, -1).gather(-1, r.new_tokens[..., None]).squeeze(-1)
+    assert r.logprobs.shape == (2, 10) and torch.isfinite(r.logprobs).all()
+    torch.testing.assert_close(r.logprobs, want, rtol=1e-5, atol=1e-5)
+    plain = StaticEngine(m, max_len=64).generate(ids, 10, **kw)
+    assert torch.equal(plain.new_tokens, r.new_tokens) and plain.logprobs is None
+
+
+@pytest.mark.gpu
+def test_output_logprobs_graph_equals_eager():
+    m, ids = wandering()
+    m = m.cuda()
+    kw = dict(temperature=0.8, output_logprobs=True)  # greedy: the same tokens whatever the RNG streams
+    g = StaticEngine(m, max_len=64, compile=False).generate(ids, 20, **kw)
+    e = StaticEngine(m, max_len=64, use_graph=False, compile=False).generate(ids, 20, **kw)
+    assert g.graph and not e.graph
+    assert torch.equal(g.new_tokens, e.new_tokens)
+    torch.testing.assert_close(g.logprobs, e.logprobs, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("quant", [False, True])
 def test_compiled_graph_decode(quant):

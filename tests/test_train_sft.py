@@ -68,7 +68,7 @@ def test_quantlinear_input_grad_cuda_matches_reference():
     y.backward(gy)
     w = q.weight_q.dequantize(torch.float32)                     # reference dequantization on the device
     from t4lib.quant.linear import dequantize_into
-    assert torch.equal(dequantize_into(q).float(), w)           # kernel into the scratch buffer: bit-exact
+    assert torch.equal(dequantize_into(q).float(), w)           # the dequant kernel: bit-exact
     want_y = x.detach().float() @ w.t() + q.bias.float()
     want_gx = gy.float() @ w
     torch.testing.assert_close(y.float(), want_y, rtol=2e-2, atol=2e-2)

@@ -26,8 +26,7 @@ class QuantLinear(nn.Module):
     with respect to ``x`` and frozen in its weight (no parameter, no weight
     gradient), so PEFT's LoRA wraps it like an ``nn.Linear`` (see
     :func:`t4lib.train.sft.lora_config`). Forward and backward dequantize the
-    layer into one scratch buffer shared by all layers of a device
-    (:func:`dequantize_into`) and run a tensor-core ``torch.matmul``:
+    layer into a short-lived buffer (:func:`dequantize_into`) and run a tensor-core ``torch.matmul``:
     ``y = x @ W_deq^T``, ``dX = dY @ W_deq``. At training batch sizes this beats
     the WMMA GEMM on the H200 (results/nvidia-h200/w4a16_gemm.json: M=512,
     5120x17408, 181 us dequant-then-cuBLAS against 559 us for the kernel).
@@ -118,26 +117,19 @@ class QuantLinear(nn.Module):
                 f"bias={self.bias is not None}, group_size={self.group_size}{extra}")
 
 
-# One fp16 scratch buffer per device, grown to the largest layer: the dequantized weight lives only
-# between its dequantization and its matmul, so every layer of a model can share it (the memory of
-# one layer, not of a model). Ops on one stream run in order, so reuse is safe.
-_SCRATCH: dict[torch.device, torch.Tensor] = {}
-
-
 def dequantize_into(layer: "QuantLinear") -> torch.Tensor:
-    """``W_deq [out, in]`` of ``layer``: on CUDA written by the INT4 dequant kernel into the
-    per-device scratch buffer (valid until the next call on that device); elsewhere the
-    reference dequantization (fp16 values, fp32 tensor, so CPU matmuls stay in fp32)."""
+    """``W_deq [out, in]`` of ``layer``: on CUDA written by the INT4 dequant kernel into a buffer
+    from torch's caching allocator; elsewhere the reference dequantization (fp16 values, fp32
+    tensor, so CPU matmuls stay in fp32).
+
+    The buffer lives only until its matmul is done and then returns to the allocator's cache, so
+    the next layer reuses the same memory and the step's peak holds no dequantized weight beyond
+    the product in flight (a buffer kept for the model's life would sit under the loss's peak)."""
     if not layer.qweight.is_cuda:
         return layer.weight_q.dequantize(torch.float32)
     from ..ops.int4 import binding
 
-    n = layer.out_features * layer.in_features
-    dev = layer.qweight.device
-    buf = _SCRATCH.get(dev)
-    if buf is None or buf.numel() < n:
-        buf = _SCRATCH[dev] = torch.empty(n, dtype=torch.float16, device=dev)
-    out = buf[:n]
+    out = torch.empty(layer.out_features * layer.in_features, dtype=torch.float16, device=layer.qweight.device)
     # row-major [N, K] words and [N, K/g] scales flatten to the kernel's 1-D layout (K % g == 0)
     binding.int4_dequant(layer.qweight.reshape(-1), layer.scales.reshape(-1), layer.group_size, out, 0)
     return out.view(layer.out_features, layer.in_features)

@@ -20,7 +20,12 @@ Works for any HF causal LM whose forward accepts ``past_key_values``,
 ``max_new_tokens`` steps; tokens after an ``eos_token_id`` are cut from the
 returned ``sequences`` per row (``lengths``). ``output_logits=True`` also
 returns the logits each token was chosen from (``logits [B, new, V]`` fp32,
-recorded on the device inside the graph).
+recorded on the device inside the graph). ``output_logprobs=True`` returns
+only each chosen token's log-probability under the distribution it was drawn
+from (``logprobs [B, new]``, ``log_softmax(logits / temperature)`` over the top
+k), also computed inside the graph: what a sampler that keeps its own
+probabilities (RL rollouts) needs, without moving ``new x V`` floats per row
+off the device.
 
 Reported per call (:class:`GenerateResult`): time to first token (prefill +
 first choice), decode tokens/s (tokens after the first / decode time), weight
@@ -57,6 +62,7 @@ class GenerateResult:
     compiled: bool = False
     compile_error: str | None = None
     logits: torch.Tensor | None = None   # [B, new, V] fp32 (CPU) with output_logits=True: the scores of each choice
+    logprobs: torch.Tensor | None = None  # [B, new] fp32 (CPU) with output_logprobs=True: log p of each choice
     weight_bytes: int = 0
     peak_mem_bytes: int | None = None
     bytes_per_step: float = 0.0
@@ -95,17 +101,29 @@ def kv_bytes_per_position(model: nn.Module, batch_size: int = 1) -> int:
     return 2 * cfg.num_hidden_layers * n_kv * head_dim * torch.finfo(dtype).bits // 8 * batch_size
 
 
-def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int) -> torch.Tensor:
-    """[B, V] -> [B] next tokens; capture-safe (no host sync)."""
-    logits = logits.float()
-    if not do_sample:
-        return logits.argmax(dim=-1)
-    logits = logits / temperature
+def _scaled(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """fp32 ``logits / temperature``, outside the top k set to -inf: the sampling distribution's logits."""
+    logits = logits.float() / temperature
     if top_k and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
-    u = torch.rand_like(logits).clamp_(1e-10, 1.0 - 1e-7)
-    return (logits - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max: a sample of softmax(logits)
+    return logits
+
+
+def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int,
+            logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """[B, V] -> ([B] next tokens, [B] their log-probabilities under :func:`_scaled` or None);
+    capture-safe (no host sync)."""
+    if not do_sample:
+        nxt = logits.float().argmax(dim=-1)
+        scaled = _scaled(logits, temperature, top_k) if logprobs else None
+    else:
+        scaled = _scaled(logits, temperature, top_k)
+        u = torch.rand_like(scaled).clamp_(1e-10, 1.0 - 1e-7)
+        nxt = (scaled - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max: a sample of softmax(scaled)
+    if not logprobs:
+        return nxt, None
+    return nxt, torch.log_softmax(scaled, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)
 
 
 class StaticEngine:
@@ -127,7 +145,7 @@ class StaticEngine:
         if compile is not None and not isinstance(compile, bool):
             raise TypeError(f"compile must be a bool or None, got {type(compile).__name__}")
         self.compile = self.use_graph if compile is None else compile
-        self._key = None      # (batch, do_sample, temperature, top_k, output_logits) the buffers/graph were built for
+        self._key = None      # (batch, do_sample, temperature, top_k, output_logits, output_logprobs): the buffers/graph
         self.graph = None
         self.graph_error = None
         self.compile_error = None
@@ -136,10 +154,11 @@ class StaticEngine:
         self._ran_compiled = False   # whether the decode step has run as compiled code
 
     # ------------------------------------------------------------------ setup
-    def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, output_logits: bool):
+    def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, output_logits: bool,
+               output_logprobs: bool):
         from transformers import StaticCache
 
-        key = (B, do_sample, temperature, top_k, output_logits)
+        key = (B, do_sample, temperature, top_k, output_logits, output_logprobs)
         if self._key != key:
             self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
             dev = self.device
@@ -150,6 +169,7 @@ class StaticEngine:
             self.graph, self.graph_error, self._key = None, None, key
             self._sel = (do_sample, temperature, top_k)
             self.scores = None  # [B, max_len, V] fp32, allocated at the first prefill when output_logits
+            self.logprobs = torch.zeros(B, self.max_len, device=dev) if output_logprobs else None
         else:
             self.cache.reset()
 
@@ -176,7 +196,9 @@ class StaticEngine:
         logits = fwd(self.ids, self.pos)
         if self.scores is not None:
             self.scores.index_copy_(1, self.step_idx, logits[:, -1:].float())
-        nxt = _select(logits[:, -1], *self._sel)
+        nxt, lp = _select(logits[:, -1], *self._sel, logprobs=self.logprobs is not None)
+        if lp is not None:
+            self.logprobs.index_copy_(1, self.step_idx, lp[:, None])
         self.ids.copy_(nxt[:, None])
         self.out.index_copy_(1, self.step_idx, nxt[:, None])
         self.pos.add_(1)
@@ -256,7 +278,8 @@ class StaticEngine:
     @torch.no_grad()
     def generate(self, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
                  temperature: float = 1.0, top_k: int = 0, seed: int | None = None,
-                 eos_token_id: int | None = None, output_logits: bool = False) -> GenerateResult:
+                 eos_token_id: int | None = None, output_logits: bool = False,
+                 output_logprobs: bool = False) -> GenerateResult:
         """Decode ``max_new_tokens`` tokens after ``input_ids [B, T]`` (see module docstring)."""
         if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int32, torch.int64):
             raise TypeError(f"input_ids must be an integer tensor, got "
@@ -273,7 +296,7 @@ class StaticEngine:
         if do_sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
         cuda = self.device.type == "cuda"
-        self._setup(B, bool(do_sample), float(temperature), int(top_k), bool(output_logits))
+        self._setup(B, bool(do_sample), float(temperature), int(top_k), bool(output_logits), bool(output_logprobs))
         if seed is not None:
             torch.manual_seed(seed)
         ids = input_ids.to(self.device, torch.long)
@@ -286,7 +309,9 @@ class StaticEngine:
             if self.scores is None:
                 self.scores = torch.zeros(B, self.max_len, logits.shape[-1], device=self.device)
             self.scores[:, 0] = logits[:, -1].float()
-        first = _select(logits[:, -1], *self._sel)
+        first, lp = _select(logits[:, -1], *self._sel, logprobs=self.logprobs is not None)
+        if lp is not None:
+            self.logprobs[:, 0] = lp
         self.ids.copy_(first[:, None])
         self.out[:, 0] = first
         self.pos.fill_(T)
@@ -327,6 +352,7 @@ class StaticEngine:
                              compiled=self._decode_forward is not None and self._ran_compiled,
                              compile_error=self.compile_error,
                              logits=self.scores[:, :max_new_tokens].cpu() if output_logits else None,
+                             logprobs=self.logprobs[:, :max_new_tokens].cpu() if output_logprobs else None,
                              weight_bytes=model_bytes(self.model))
         avg_len = T + max_new_tokens / 2
         res.bytes_per_step = linear_weight_bytes(self.model) + kv_bytes_per_position(self.model, B) * avg_len

@@ -23,7 +23,6 @@ import copy
 import time
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..quant.linear import QuantLinear
@@ -226,10 +225,11 @@ def sample_groups(engine, prompt_ids: list[list[int]], num_generations: int, max
     ntok, t0 = 0, time.perf_counter()
     for rows in batches.values():
         ids = torch.tensor([list(prompt_ids[r]) for r in rows], dtype=torch.long)
+        # each token's log-probability is taken inside the engine's step: [B, new] floats leave the GPU, not
+        # the [B, new, V] logits (at a 152k vocabulary, 64 x 128 of them are 5 GB)
         res = engine.generate(ids, max_new_tokens, do_sample=True, temperature=temperature,
-                              eos_token_id=eos_token_id, output_logits=True)
-        logp = F.log_softmax(res.logits.float() / temperature, dim=-1)
-        tok_lp = logp.gather(-1, res.new_tokens[..., None]).squeeze(-1)
+                              eos_token_id=eos_token_id, output_logprobs=True)
+        tok_lp = res.logprobs
         for b, (r, n) in enumerate(zip(rows, res.lengths)):
             comp[r] = res.new_tokens[b, :n].tolist()
             lps[r] = tok_lp[b, :n].tolist()
@@ -257,8 +257,8 @@ def qwen15_shape_model(device="cuda", dtype=torch.float16, num_hidden_layers: in
 def rollout_speed(model, prompt_len: int = 64, group: int = 8, new_tokens: int = 128, repeats: int = 3,
                   engine_kwargs: dict | None = None) -> dict:
     """Sampled tokens/s (temperature 1, whole vocabulary) of one group of ``group`` completions of
-    ``new_tokens`` tokens, end to end (prefill included): :class:`StaticEngine` recording the logits
-    (as rollouts do) vs Hugging Face ``generate`` (dynamic and static cache), same model, same process.
+    ``new_tokens`` tokens, end to end (prefill included): :class:`StaticEngine` recording each token's
+    log-probability (as rollouts do) vs Hugging Face ``generate``, same model, same process.
     Median over ``repeats`` after one warm-up call each."""
     from ..serving import StaticEngine
 
@@ -280,7 +280,7 @@ def rollout_speed(model, prompt_len: int = 64, group: int = 8, new_tokens: int =
 
     eng = StaticEngine(model, max_len=prompt_len + new_tokens, **(engine_kwargs or {}))
     out = {"group": group, "new_tokens": new_tokens, "prompt_len": prompt_len}
-    t = timed(lambda: eng.generate(ids, new_tokens, do_sample=True, temperature=1.0, output_logits=True))
+    t = timed(lambda: eng.generate(ids, new_tokens, do_sample=True, temperature=1.0, output_logprobs=True))
     out["engine_s"], out["engine_compiled"] = t, eng._decode_forward is not None and eng.compile_error is None
     out["engine_graph"] = eng.graph is not None
     kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,

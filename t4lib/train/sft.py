@@ -168,6 +168,9 @@ def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResu
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
+    # The Trainer wrapped forward in fp16 autocast (CUDA): without the wrapper, generation after
+    # training runs in the model's own dtype, as the static cache it allocates expects.
+    model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     model.eval()
     return SFTResult(model=model, trainer=trainer, losses=losses, train_seconds=dt, trainable_params=n_train,
                      settings={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items()})
