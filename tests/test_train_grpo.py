@@ -239,8 +239,11 @@ def test_dataset_columns():
 
     from t4lib.train.grpo import check_columns, grpo_dataset
     ds = grpo_dataset(n_math=10)
-    assert len(ds) == 310 and {"prompt", "target", "trap"} <= set(ds.column_names)
-    assert sum(ds["trap"]) == 150 and all(t == "<abstain>" for t, k in zip(ds["target"], ds["trap"]) if k)
+    assert len(ds) == 410 and {"prompt", "target", "trap"} <= set(ds.column_names)
+    assert sum(ds["trap"]) == 200 and all(t == "<abstain>" for t, k in zip(ds["target"], ds["trap"]) if k)
+    assert sum(grpo_dataset(n_math=0, honesty="honesty_train.jsonl")["trap"]) == 150
+    with pytest.raises(ValueError, match="honesty"):
+        grpo_dataset(0, honesty="honesty_eval.jsonl")   # the quarantined set is never trained on
     with pytest.raises(ValueError, match="target"):
         check_columns(Dataset.from_list([{"prompt": "Question: x\nAnswer:"}]))
     with pytest.raises(ValueError, match="n_math"):

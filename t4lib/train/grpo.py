@@ -63,15 +63,25 @@ def check_columns(dataset) -> None:
     data.check_columns(dataset, COLUMNS, "GRPO")
 
 
-def grpo_dataset(n_math: int = 300, seed: int = 0):
-    """``honesty_train.jsonl`` (150 traps + 150 answerable) mixed with ``n_math`` problems of
-    ``math_train.jsonl``, shuffled; columns ``prompt`` (plain format), ``target``, ``trap``, ``source``."""
+#: honesty sets GRPO can train on (``honesty_eval.jsonl`` never)
+HONESTY_SETS = ("honesty_rl.jsonl", "honesty_train.jsonl")
+
+
+def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str = "honesty_rl.jsonl"):
+    """The ``honesty`` set (half traps) mixed with ``n_math`` problems of ``math_train.jsonl``, shuffled;
+    columns ``prompt`` (plain format), ``target``, ``trap``, ``source``.
+
+    The default is ``honesty_rl.jsonl``, wordings the tiny models never read: ``honesty_train.jsonl`` is
+    part of their pretraining corpus, and ``tiny-gpu`` answers all of it right (every trap abstained on,
+    every twin solved), so GRPO on it meets groups of equal rewards and learns nothing about abstaining."""
     from datasets import Dataset
 
     if not isinstance(n_math, int) or n_math < 0:
         raise ValueError(f"n_math must be a non-negative int, got {n_math!r}")
+    if honesty not in HONESTY_SETS:
+        raise ValueError(f"honesty must be one of {HONESTY_SETS}, got {honesty!r}")
     rows = [dict(prompt=schema.math_prompt(r["question"]), target=r["target"], trap=bool(r["trap"]), source="honesty")
-            for r in corpus.load_jsonl("honesty_train.jsonl")]
+            for r in corpus.load_jsonl(honesty)]
     math_recs = corpus.load_jsonl("math_train.jsonl")
     random.Random(seed).shuffle(math_recs)
     rows += [dict(prompt=schema.math_prompt(r["question"]), target=r["answer"], trap=False, source="math")
@@ -368,7 +378,8 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
              learning_rate: float = 2e-5, temperature: float = 1.0, n_math: int = 300, evaluate: bool = True,
              n_math_eval: int = 200, device: str | None = None, output_dir: str = "/tmp/t4lib_grpo",
              engine_kwargs: dict | None = None, importance_mode: str = "sequence_mask",
-             clip_max: float | None = 3.0, progress: bool = False, calib_docs: int = 64) -> dict:
+             clip_max: float | None = 3.0, progress: bool = False, calib_docs: int = 64,
+             honesty: str = "honesty_rl.jsonl") -> dict:
     """One GRPO run of ``arm`` on ``model_id``; returns config, curves (TRL's log history), timing split,
     GPU memory and the honesty evaluation before and after."""
     from transformers import set_seed
@@ -400,7 +411,8 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     trainer = Trainer(model=model, reward_funcs=[HonestyReward(tok), FormatReward(tok)], args=cfg,
-                      train_dataset=grpo_dataset(n_math, seed), processing_class=tok, rollout_precision=precision,
+                      train_dataset=grpo_dataset(n_math, seed, honesty), processing_class=tok,
+                      rollout_precision=precision,
                       engine_max_len=128 + max_completion_length, engine_kwargs=engine_kwargs)
     t0 = time.perf_counter()
     trainer.train()
@@ -411,7 +423,7 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
     rec = {"model": model_id, "arm": arm, "seed": seed, "steps": steps, "device": device,
            "config": dict(num_generations=num_generations, prompts_per_step=prompts_per_step,
                           max_completion_length=max_completion_length, learning_rate=learning_rate,
-                          temperature=temperature, n_math=n_math, correction=correction,
+                          temperature=temperature, n_math=n_math, honesty=honesty, correction=correction,
                           importance_mode=importance_mode, clip_max=clip_max, rewards=R.REWARDS,
                           format_bonus=R.FORMAT_BONUS),
            "precision": {"fp16_modules": precision.fp16_modules, "phases": precision.phases,
@@ -633,6 +645,7 @@ def main(argv=None):
     a1.add_argument("--prompts-per-step", type=int, default=8)
     a1.add_argument("--n-math-eval", type=int, default=200)
     a1.add_argument("--no-compile", action="store_true")
+    a1.add_argument("--honesty", default="honesty_rl.jsonl", choices=list(HONESTY_SETS))
     a1.add_argument("--out", required=True)
     a2 = sub.add_parser("all")
     a2.add_argument("--model", default="tiny-gpu")
@@ -648,7 +661,7 @@ def main(argv=None):
     if a.cmd == "arm":
         rec = run_grpo(a.model, a.arm, a.seed, a.steps, learning_rate=a.lr, prompts_per_step=a.prompts_per_step,
                        n_math_eval=a.n_math_eval, engine_kwargs={"compile": False} if a.no_compile else None,
-                       output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}")
+                       output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}", honesty=a.honesty)
         with open(a.out, "w") as f:
             json.dump(rec, f, indent=1, default=str)
     else:
