@@ -185,6 +185,11 @@ def test_answer_extraction():
     assert schema.extract_answer(" The answer is 6/8.") == "3/4"
     assert schema.extract_answer(" <abstain>") == "abstain"
     assert schema.extract_answer(" blah") is None
+    # generated text: leading zeros are a number, a zero denominator is none (neither raises)
+    assert schema.extract_answer(" The answer is 02.") == "2"
+    assert schema.extract_answer(" The answer is 3/0.") is None
+    with pytest.raises(ValueError, match="exact rational"):
+        schema.normalize_answer("x+")
     with pytest.raises(ValueError, match="question"):
         schema.math_prompt("")
 

@@ -104,13 +104,27 @@ def extract_answer(text: str) -> str | None:
         return "abstain"
     if m is None:
         return None
-    return normalize_answer(m.group(1))
+    try:
+        return normalize_answer(m.group(1))
+    except ValueError:  # generated text such as "3/0": no number, so no answer
+        return None
 
 
 def normalize_answer(value) -> str:
-    """Canonical string of an exact rational: ``"17"``, ``"-3/4"``."""
+    """Canonical string of an exact rational: ``"17"``, ``"-3/4"`` (``"02"`` -> ``"2"``). ValueError when
+    ``value`` is no exact rational number."""
+    from fractions import Fraction
+
+    text = str(value).replace(" ", "")
+    try:
+        return str(Fraction(text))  # integers, p/q, decimals, leading zeros
+    except (ValueError, ZeroDivisionError):
+        pass
     import sympy
-    r = sympy.nsimplify(str(value).replace(" ", ""), rational=True)
+    try:
+        r = sympy.nsimplify(text, rational=True)
+    except (sympy.SympifyError, TypeError, ValueError, ZeroDivisionError) as e:
+        raise ValueError(f"answer {value!r} is not an exact rational number") from e
     if not r.is_Rational:
         raise ValueError(f"answer {value!r} is not an exact rational number")
     return str(sympy.Rational(r))
