@@ -73,7 +73,8 @@ def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str = "honesty_rl.js
 
     The default is ``honesty_rl.jsonl``, wordings the tiny models never read: ``honesty_train.jsonl`` is
     part of their pretraining corpus, and ``tiny-gpu`` answers all of it right (every trap abstained on,
-    every twin solved), so GRPO on it meets groups of equal rewards and learns nothing about abstaining."""
+    every twin solved: :func:`base_on_honesty_sets`), so GRPO on it meets groups of equal rewards and learns
+    nothing about abstaining."""
     from datasets import Dataset
 
     if not isinstance(n_math, int) or n_math < 0:
@@ -127,13 +128,16 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 4
 
 
 @torch.no_grad()
-def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, engine: bool | None = None) -> dict:
-    """Greedy answers (:func:`greedy_answers`) on the 150 quarantined honesty items and ``n_math`` held-out
-    problems: honest abstention (traps), false abstention and accuracy (answerable twins), math accuracy,
-    each with its counts and Wilson interval."""
+def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, engine: bool | None = None,
+                     honesty: str = "honesty_eval.jsonl") -> dict:
+    """Greedy answers (:func:`greedy_answers`) on the 150 quarantined honesty items (or another ``honesty``
+    set, for diagnosis) and ``n_math`` held-out problems: honest abstention (traps), false abstention and
+    accuracy (answerable twins), math accuracy, each with its counts and Wilson interval."""
+    if honesty not in HONESTY_SETS + ("honesty_eval.jsonl",):
+        raise ValueError(f"honesty must be one of {HONESTY_SETS + ('honesty_eval.jsonl',)}, got {honesty!r}")
     was = model.training
     model.eval()
-    recs = corpus.load_jsonl("honesty_eval.jsonl")
+    recs = corpus.load_jsonl(honesty)
     outs = greedy_answers(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40, batch_size, engine)
     res = [R.outcome(o, r["target"]) for o, r in zip(outs, recs)]
     traps = [o for o, r in zip(res, recs) if r["trap"]]
@@ -526,6 +530,25 @@ def arm_summary(recs: list[dict]) -> dict:
     return out
 
 
+def base_on_honesty_sets(model_id: str = "tiny-gpu", out=None, device: str | None = None) -> dict:
+    """The untrained model's greedy outcomes on every honesty set: the pretraining set it read
+    (``honesty_train.jsonl``), the RL split and the quarantined evaluation. Where it already abstains on every
+    trap and solves every twin, GRPO's groups there all earn one reward and carry no advantage. Writes
+    results figures to ``out`` when given."""
+    from .. import models, results
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, tok = models.load(model_id, dtype=torch.float32, device=device)
+    res = {name: evaluate_honesty(model, tok, 0, honesty=name) for name in HONESTY_SETS + ("honesty_eval.jsonl",)}
+    if out:
+        figs = [results.figure(f"grpo/{model_id}/base/{name.split('.')[0]}/{k}", r[k]["rate"], "fraction", "MEASURED",
+                               "t4lib.train.grpo.base_on_honesty_sets", k=r[k]["k"], n=r[k]["n"], ci95=r[k]["wilson95"],
+                               note="greedy, plain format, the model before any RL")
+                for name, r in res.items() for k in ("abstention", "false_abstention", "answerable_accuracy")]
+        results.write(out, figs, model=model_id)
+    return res
+
+
 def write_results(path, recs: list[dict], speed: dict | None = None, step: dict | None = None,
                   drift: dict | None = None, model_id: str = "tiny-gpu") -> None:
     """Figures (t4lib.results) for the arms, the rollout speed and the step time; curves and records
@@ -647,6 +670,9 @@ def main(argv=None):
     a1.add_argument("--no-compile", action="store_true")
     a1.add_argument("--honesty", default="honesty_rl.jsonl", choices=list(HONESTY_SETS))
     a1.add_argument("--out", required=True)
+    a3 = sub.add_parser("base-sets", help="the untrained model on every honesty set (train, RL split, eval)")
+    a3.add_argument("--model", default="tiny-gpu")
+    a3.add_argument("--out", required=True)
     a2 = sub.add_parser("all")
     a2.add_argument("--model", default="tiny-gpu")
     a2.add_argument("--steps", type=int, default=100)
@@ -664,6 +690,8 @@ def main(argv=None):
                        output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}", honesty=a.honesty)
         with open(a.out, "w") as f:
             json.dump(rec, f, indent=1, default=str)
+    elif a.cmd == "base-sets":
+        print(json.dumps(base_on_honesty_sets(a.model, a.out), indent=1, default=str))
     else:
         summ = run_all(a.out, a.steps, tuple(a.seeds), tuple(a.arms), a.model, a.logs, a.lr, tuple(a.benches),
                        a.step_steps)
