@@ -526,6 +526,10 @@ def arm_summary(recs: list[dict]) -> dict:
                                                         - r["before"]["math_heldout_accuracy"]["rate"]),
                     "final_train_reward": mean(final),
                     "gpu_peak_mem_bytes": mean(lambda r: r.get("gpu_peak_mem_bytes", 0)),
+                    # share of all quarantined items (traps and twins) abstained on: near 1 is the degenerate
+                    # "always abstain" policy even where a few twins are still answered
+                    "abstain_any": mean(lambda r: (r["after"]["abstention"]["k"] + r["after"]["false_abstention"]["k"])
+                                        / (r["after"]["abstention"]["n"] + r["after"]["false_abstention"]["n"])),
                     "always_abstain": any(r["after"]["always_abstain"] for r in rs)}
     return out
 
@@ -561,7 +565,7 @@ def write_results(path, recs: list[dict], speed: dict | None = None, step: dict 
     summ = arm_summary(recs) if recs else {}
     for arm, s in summ.items():
         n = len(s["seeds"])
-        for k, unit in (("abstention", "fraction"), ("false_abstention", "fraction"),
+        for k, unit in (("abstention", "fraction"), ("false_abstention", "fraction"), ("abstain_any", "fraction"),
                         ("answerable_accuracy_delta", "fraction"), ("math_heldout_accuracy_delta", "fraction"),
                         ("final_train_reward", "reward"), ("gpu_peak_mem_bytes", "bytes")):
             figs.append(results.figure(f"grpo/{model_id}/{arm}/{k}", s[k][0], unit, "MEASURED", src, env=env,
