@@ -18,6 +18,10 @@ outcome                 when                        reward
 
 The false-abstention penalty keeps "always abstain" from paying as much as
 answering: on a mix with fraction ``f`` of traps it earns ``f - 0.5 (1 - f)``.
+GRPO compares completions of one prompt, though: on a trap abstaining beats
+answering by 2, on a twin answered right with probability ``a`` answering beats
+abstaining by ``a + 0.5``. A policy that cannot yet tell a trap from its twin is
+pushed towards abstaining on both (the GRPO runs in ``results/`` show it).
 :func:`format_reward` adds ``+0.1`` for a completion in the expected format.
 """
 from __future__ import annotations
