@@ -112,6 +112,28 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
     return Dataset.from_list(rows), rep
 
 
+def replay_dataset(n: int, seed: int = 0):
+    """``n`` problems of ``math_train.jsonl`` in the base model's own plain format (columns ``prompt``,
+    ``completion``), to mix into SFT: the plain arithmetic the model already does is rehearsed while the tag
+    schema is learned. Problems whose question is also a trace's are left out."""
+    import random
+
+    from datasets import Dataset
+
+    from ..models import corpus
+
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    traced = {r["question"] for r in corpus.load_jsonl("traces.jsonl")}
+    recs = [r for r in corpus.load_jsonl("math_train.jsonl") if r["question"] not in traced]
+    if n > len(recs):
+        raise ValueError(f"n={n} exceeds the {len(recs)} math_train problems that no trace uses")
+    random.Random(seed).shuffle(recs)
+    # no EOS in the text: TRL appends it, as for the traces (completion_text)
+    return Dataset.from_list([dict(prompt=schema.math_prompt(r["question"]),
+                                   completion=schema.math_completion(r["steps"], r["answer"])) for r in recs[:n]])
+
+
 class _Reject(Exception):
     def __init__(self, reason: str, msg: str):
         super().__init__(msg)

@@ -236,11 +236,12 @@ def evaluate_sets(model, tok, sets=tuple(EVAL_SETS), fmt="tags", n=None, batch_s
 def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings | None = None,
         device: str | None = None, output_dir: str = "/tmp/t4lib_sft", eval_sets=tuple(EVAL_SETS),
         eval_n: int | None = None, before: bool = False, save_to: str | None = None,
-        train_records: list[dict] | None = None, progress: bool = True) -> dict:
+        train_records: list[dict] | None = None, progress: bool = True, replay: int = 0) -> dict:
     """Load ``model_id`` on ``base``, SFT it on the traces, evaluate, optionally save; a JSON-able record.
 
     ``before``: also evaluate the untouched base (tag and plain formats). ``save_to``: the merged
-    fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer."""
+    fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer. ``replay``:
+    that many plain-format problems (:func:`t4lib.train.data.replay_dataset`) mixed into the traces."""
     import torch
 
     from .data import traces_dataset
@@ -258,6 +259,12 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
                          for fmt in ("plain", "tags")}
     ds, report = traces_dataset(tok, train_records, max_length=s.max_length)
     rec["data"] = report.as_dict()
+    if replay:
+        from datasets import concatenate_datasets
+
+        from .data import replay_dataset
+        ds = concatenate_datasets([ds.select_columns(["prompt", "completion"]), replay_dataset(replay, s.seed)])
+        rec["data"]["replay"] = replay
     res = train(model, tok, ds, s, output_dir)
     rec.update(settings=res.settings, losses=res.losses, train_seconds=res.train_seconds,
                trainable_params=res.trainable_params)
@@ -293,6 +300,7 @@ def main(argv=None):
     ap.add_argument("--save", default=None)
     ap.add_argument("--eval-sets", default=",".join(EVAL_SETS))
     ap.add_argument("--eval-only", action="store_true", help="evaluate the base (plain and tag formats) only")
+    ap.add_argument("--replay", type=int, default=0, help="plain-format math problems mixed into the traces")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
@@ -308,7 +316,7 @@ def main(argv=None):
         Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
         return
     rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
-              eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}")
+              eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay)
     from pathlib import Path
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
