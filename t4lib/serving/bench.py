@@ -204,31 +204,36 @@ def serve_batch_compare(label: str, cfg_kw: dict, batches=(8, 64), new_tokens: i
     return figs
 
 
+def _section(path: Path, measures, note: str, figs: list[dict] | None = None) -> list[dict]:
+    """Run each ``(label, measure)`` (a failing one is recorded in ``errors`` and the others still run),
+    write their figures to ``path`` and return them."""
+    figs, errors = list(figs or []), []
+    for label, measure in measures:
+        try:
+            figs += measure()
+        except Exception as e:
+            errors.append(f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
+            torch.cuda.empty_cache()
+    results.write(path, figs, errors=errors, note=note)
+    return figs
+
+
 def run(out_dir: str | Path, quick: bool = False, serving: bool = True, serve_batch: bool = True) -> list[dict]:
     """The chosen sections (a failing one does not stop the other); each writes its results file."""
     out_dir = Path(out_dir)
     all_figs = []
     if serve_batch:
-        figs, errors = [bench.copy_bandwidth_figure(SOURCE)], []
-        try:
-            figs += serve_batch_compare("serve/qwen2.5-1.5b-shape", QWEN15, new_tokens=32 if quick else 64)
-        except Exception as e:
-            errors.append(f"serve/qwen2.5-1.5b-shape: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
-            torch.cuda.empty_cache()
-        results.write(out_dir / "w4a16_serve_batch.json", figs, errors=errors,
-                      note="random weights, Qwen2.5-1.5B shape, batched sampling, StaticEngine fp16 vs W4A16")
-        all_figs += figs
+        label = "serve/qwen2.5-1.5b-shape"
+        all_figs += _section(out_dir / "w4a16_serve_batch.json",
+                             [(label, lambda: serve_batch_compare(label, QWEN15, new_tokens=32 if quick else 64))],
+                             "random weights, Qwen2.5-1.5B shape, batched sampling, StaticEngine fp16 vs W4A16",
+                             figs=[bench.copy_bandwidth_figure(SOURCE)])
     if serving:
-        figs, errors = [], []
-        for label, cfg, n in (("serve/qwen2.5-0.5b-shape", QWEN05, 128), ("serve/qwen2.5-7b-shape", QWEN7B, 128)):
-            try:
-                figs += serve_compare(label, cfg, new_tokens=n // (2 if quick else 1))
-            except Exception as e:
-                errors.append(f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
-                torch.cuda.empty_cache()
-        results.write(out_dir / "w4a16_serving.json", figs, errors=errors,
-                      note="random weights, batch 1, greedy; HF baseline is fp16 with a static cache")
-        all_figs += figs
+        shapes = (("serve/qwen2.5-0.5b-shape", QWEN05, 128), ("serve/qwen2.5-7b-shape", QWEN7B, 128))
+        all_figs += _section(out_dir / "w4a16_serving.json",
+                             [(label, lambda label=label, cfg=cfg, n=n: serve_compare(
+                                 label, cfg, new_tokens=n // (2 if quick else 1))) for label, cfg, n in shapes],
+                             "random weights, batch 1, greedy; HF baseline is fp16 with a static cache")
     return all_figs
 
 
