@@ -572,7 +572,7 @@ def write_results(path, recs: list[dict], speed: dict | None = None, step: dict 
                                        note=f"mean of {n} seeds {s['seeds']}: {s[k][1]}", seeds=s[k][1]))
     if speed:
         figs.append(results.figure("grpo/rollout/qwen2.5-1.5b-shape/engine_speedup_vs_hf_generate",
-                                   speed["engine_speedup_vs_hf_generate"], "x", "MEASURED", src, env=env,
+                                   speed["engine_speedup_vs_hf_generate"], "x", "ARITHMETIC", src,
                                    note=f"{speed['group']} completions x {speed['new_tokens']} tokens, temperature 1, "
                                         "random weights, end to end incl. prefill; median of repeats; engine: CUDA graph, "
                                         "torch.compile off"))
@@ -581,7 +581,7 @@ def write_results(path, recs: list[dict], speed: dict | None = None, step: dict 
                                        src, env=env))
     if step:
         figs.append(results.figure("grpo/step/qwen2.5-1.5b-shape/time_ratio_vs_trl_default",
-                                   step["time_ratio_vs_trl_default"], "x", "MEASURED", src, env=env,
+                                   step["time_ratio_vs_trl_default"], "x", "ARITHMETIC", src,
                                    note=f"median step after the first, {step['completions']} completions x "
                                         f"{step['new_tokens']} tokens, LoRA r={step['lora_r']}, random weights"))
         for k in ("trl_default", "engine"):
