@@ -192,6 +192,22 @@ def test_two_stages_give_the_same_tokens_as_one(f32_case):
     assert torch.equal(a.logits, b.logits)
 
 
+def test_compiled_step_matches_the_step_as_written(f32_case):
+    """compile=True (the default on CUDA) runs the step's elementwise parts as torch.compile'd functions;
+    on the CPU they compile through Inductor's C++ backend: the oracle's tokens, logits within TOL_F32 of
+    the functions as written, and the engine says it compiled."""
+    _, _, path, (_, _, ref_tokens) = f32_case
+    runs = {}
+    for compiled in (True, False):
+        eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=40, dtype=torch.float32, compile=compiled)
+        runs[compiled] = eng.generate(PROMPT, 24, return_logits=True)
+        assert eng.fns.compiled is compiled and eng.compile_error is None
+    c, e = runs[True], runs[False]
+    assert c.info["compiled"] and not e.info["compiled"]
+    assert c.tokens == e.tokens == ref_tokens[:24]
+    assert rel(c.logits, e.logits) < TOL_F32
+
+
 def test_split_plan_from_file_and_does_not_fit(f32_case):
     cfg, _, path, _ = f32_case
     eng = Qwen35Engine.from_gguf(path, devices=["cpu", "cpu"], max_len=16, dtype=torch.float32,
@@ -254,6 +270,8 @@ def test_prompt_and_argument_errors(f32_case):
         Qwen35Engine(eng.model, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="max_len must be a positive int"):
         Qwen35Engine(eng.model, max_len=0)
+    with pytest.raises(TypeError, match="compile must be a bool or None"):
+        Qwen35Engine(eng.model, compile="yes")
     with pytest.raises(ValueError, match=r"devices must list one device per main layer \(4\), got 2"):
         Qwen35Model.from_gguf(path, devices=["cpu", "cpu"])
     with pytest.raises(ValueError, match="activations must be 'fp16' or 'int8'"):

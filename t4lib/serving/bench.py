@@ -224,8 +224,11 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True, serve_ba
     all_figs = []
     if serve_batch:
         label = "serve/qwen2.5-1.5b-shape"
-        all_figs += _section(out_dir / "w4a16_serve_batch.json",
-                             [(label, lambda: serve_batch_compare(label, QWEN15, new_tokens=32 if quick else 64))],
+        n = 32 if quick else 64
+        all_figs += _section(out_dir / "w4a16_serve_batch.json",   # the engine as users get it, then uncompiled
+                             [(label, lambda: serve_batch_compare(label, QWEN15, new_tokens=n, compile=True)),
+                              (f"{label}/uncompiled", lambda: serve_batch_compare(f"{label}/uncompiled", QWEN15,
+                                                                                  new_tokens=n, compile=False))],
                              "random weights, Qwen2.5-1.5B shape, batched sampling, StaticEngine fp16 vs W4A16",
                              figs=[bench.copy_bandwidth_figure(SOURCE)])
     if serving:

@@ -30,7 +30,7 @@ from ...ops.gguf import FORMATS, TYPE_OF
 from ...ops.gguf import reference as gguf_ref
 from .engine import Qwen35Engine
 from .model import (FLOAT_TYPES, AttentionMixer, Block, DeltaNetMixer, Embedding, Linear, Qwen35Config,
-                    Qwen35Model, rms_norm)
+                    Qwen35Model, StepFunctions)
 
 SOURCE = "t4lib.models.qwen35.bench"
 LABEL = "qwen35_engine/27b-shape"
@@ -157,13 +157,16 @@ def _fla_version() -> str | None:
         return None
 
 
-def measure_engine(model: Qwen35Model, prompt: list, new: int, cuda_graph: bool = True, reps: int = 3) -> dict:
-    eng = Qwen35Engine(model, max_len=len(prompt) + new + 8, dtype=torch.float16, cuda_graph=cuda_graph)
+def measure_engine(model: Qwen35Model, prompt: list, new: int, cuda_graph: bool = True, reps: int = 3,
+                   compile: bool | None = None) -> dict:
+    eng = Qwen35Engine(model, max_len=len(prompt) + new + 8, dtype=torch.float16, cuda_graph=cuda_graph,
+                       compile=compile)
     eng.generate(prompt, 4)   # warm-up: packs layouts, builds kernels, captures the graphs
     runs = [eng.generate(prompt, new) for _ in range(reps)]
     rates = sorted(r.decode_tokens_per_s for r in runs)
     out = {"decode_tokens_per_s": rates[len(rates) // 2], "rates": rates, "tokens": runs[-1].tokens[:16],
-           "prefill_s": runs[-1].prefill_s, "cuda_graphs": runs[-1].cuda_graphs, "graph_error": eng.graph_error}
+           "prefill_s": runs[-1].prefill_s, "cuda_graphs": runs[-1].cuda_graphs, "graph_error": eng.graph_error,
+           "compiled": eng.fns.compiled, "compile_error": eng.compile_error}
     del eng
     torch.cuda.empty_cache()
     return out
@@ -193,11 +196,13 @@ def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=t
     return out
 
 
-def time_per_kind(model: Qwen35Model, position: int = 64, reps: int = 50) -> dict:
+def time_per_kind(model: Qwen35Model, position: int = 64, reps: int = 50, compile: bool = True) -> dict:
     """Microseconds per decode step of one layer of each kind and of the head, each captured
     in a CUDA graph and replayed ``reps`` times (L2 warm between replays of the same layer,
-    so an underestimate of its share of a whole step), with their weight bytes."""
+    so an underestimate of its share of a whole step), with their weight bytes; ``compile``:
+    the step's elementwise parts torch.compile'd (:class:`StepFunctions`) or as written."""
     c = model.cfg
+    fns = StepFunctions(compiled=compile)
     eng = Qwen35Engine(model, max_len=position + 8, dtype=torch.float16, cuda_graph=False)
     pos = torch.full((1,), position, dtype=torch.long, device="cuda")
     h = torch.randn(1, c.hidden, device="cuda")
@@ -221,11 +226,21 @@ def time_per_kind(model: Qwen35Model, position: int = 64, reps: int = 50) -> dic
         b.synchronize()
         return a.elapsed_time(b) * 1e3 / reps
 
+    def kernels(fn):
+        """GPU kernels one call launches (torch.profiler)."""
+        from torch.profiler import ProfilerActivity, profile
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        return sum(e.device_type.name == "CUDA" and not e.name.startswith("Memcpy") and not e.name.startswith("Memset")
+                   for e in prof.events())
+
     for kind in ("deltanet", "attention"):
         blk = next(b for b in model.blocks if b.kind == kind)
-        out[kind] = {"us": timed(lambda: blk(h, pos, torch.float16)),
+        fn = lambda: blk(h, pos, torch.float16, fns)  # noqa: E731
+        out[kind] = {"us": timed(fn), "kernels": kernels(fn),
                      "weight_bytes": sum(x.nbytes for x in blk.linears()), "layers": c.layer_types.count(kind)}
-    out["head"] = {"us": timed(lambda: model.head(rms_norm(h, model.output_norm, c.eps).half())),
+    out["head"] = {"us": timed(lambda: model.head(fns.norm(h, model.output_norm, c.eps, torch.float16))),
                    "weight_bytes": model.head.nbytes, "layers": 1}
     del eng
     return out
@@ -252,6 +267,7 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
         return r
 
     g, e = gen(cuda_graph=True), gen(cuda_graph=False)
+    u = gen(cuda_graph=True, compile=False)
     half = n_layers // 2
     two = gen(cuda_graph=True, plan=StagePlan((range(0, half), range(half, n_layers)), (0, 0), (None, None)))
     y = gen(dtype=torch.float32, cuda_graph=False)
@@ -261,12 +277,14 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
 
     out["graph_vs_eager"] = {"same_tokens": g.tokens == e.tokens, "rel_err": rel(g.logits, e.logits),
                              "graphs": g.cuda_graphs, "graph_error": g.info["graph_error"]}
+    out["compiled_vs_uncompiled"] = {"same_tokens": g.tokens == u.tokens, "rel_err": rel(g.logits, u.logits),
+                                     "compiled": g.info["compiled"], "compile_error": g.info["compile_error"]}
     out["two_stages_vs_one"] = {"same_tokens": two.tokens == g.tokens, "rel_err": rel(two.logits, g.logits),
                                 "graphs": two.cuda_graphs}
     out["fp16_vs_fp32_yardstick"] = {"rel_err": rel(g.logits, y.logits),
                                      "same_tokens_fraction": sum(a == b for a, b in zip(g.tokens, y.tokens)) / new}
     out["passed"] = bool(out["graph_vs_eager"]["same_tokens"] and out["graph_vs_eager"]["rel_err"] < 1e-3
-                         and out["two_stages_vs_one"]["same_tokens"] and out["fp16_vs_fp32_yardstick"]["rel_err"] < 2e-2)
+                         and out["compiled_vs_uncompiled"]["rel_err"] < 1e-3 and out["two_stages_vs_one"]["same_tokens"] and out["fp16_vs_fp32_yardstick"]["rel_err"] < 2e-2)
     del model
     torch.cuda.empty_cache()
     return out
@@ -312,26 +330,35 @@ def run(out_dir: str | Path, quick: bool = False, hf_baseline: bool = True, prom
         fig("bytes_per_token", sb["total"], "bytes", "ARITHMETIC",
             note=f"weights + Gated DeltaNet fp32 state read and written ({sb['state']} B) + KV cache read at the "
                  f"middle position ({sb['kv']} B)")
-        for variant, kw in (("graph", {}), ("eager", {"cuda_graph": False})):
+        for variant, kw in (("graph", {}), ("graph_uncompiled", {"compile": False}), ("eager", {"cuda_graph": False})):
             r = measure_engine(model, prompt, new_tokens, **kw)
             meta[f"engine_{variant}"] = r
             fig(f"engine_{variant}/decode_tokens_per_s", r["decode_tokens_per_s"], "tokens/s",
                 note=f"greedy, {new_tokens} new tokens after {prompt_len}, fp16 activations, "
-                     f"CUDA graphs {'on' if r['cuda_graphs'] else 'off'}; median of 3 runs {r['rates']}")
+                     f"CUDA graphs {'on' if r['cuda_graphs'] else 'off'}, elementwise parts "
+                     f"{'torch.compiled' if r['compiled'] else 'as written'}; median of 3 runs {r['rates']}")
+        fig("compile_speedup", meta["engine_graph"]["decode_tokens_per_s"]
+            / meta["engine_graph_uncompiled"]["decode_tokens_per_s"], "x", "ARITHMETIC",
+            note="engine_graph over engine_graph_uncompiled: what fusing the elementwise parts gains")
         ours = meta["engine_graph"]["decode_tokens_per_s"]
         frac = sb["total"] * ours / copy_bw
         fig("frac_copy_bw", frac, "fraction", "ARITHMETIC",
             note="bytes_per_token x decode tokens/s (CUDA graphs) / copy bandwidth measured in this process; "
                  "target 0.60")
-        try:
-            kinds = time_per_kind(model)
-            meta["per_kind"] = kinds
-            for kind, row in kinds.items():
-                fig(f"per_kind/{kind}/us", row["us"], "us",
-                    note=f"one {kind} step in a CUDA graph, replayed (L2 warm); {row['layers']} per token, "
-                         f"{row['weight_bytes']} weight bytes each")
-        except Exception as e:
-            meta["errors"]["per_kind"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
+        for compiled, sub in ((True, "per_kind"), (False, "per_kind_uncompiled")):
+            try:
+                kinds = time_per_kind(model, compile=compiled)
+                meta[sub] = kinds
+                for kind, row in kinds.items():
+                    fig(f"{sub}/{kind}/us", row["us"], "us",
+                        note=f"one {kind} step in a CUDA graph, replayed (L2 warm), elementwise parts "
+                             f"{'torch.compiled' if compiled else 'as written'}; {row['layers']} per token, "
+                             f"{row['weight_bytes']} weight bytes each")
+                    if "kernels" in row:
+                        fig(f"{sub}/{kind}/kernels", row["kernels"], "kernels",
+                            note=f"GPU kernels one {kind} step launches (torch.profiler, outside the graph)")
+            except Exception as e:
+                meta["errors"][sub] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
         for lin in (x for b in model.blocks for x in b.linears()):
             if lin.packed is not None:
                 lin.activations = "int8"

@@ -6,8 +6,14 @@ layers their conv and recurrent state; all are allocated once. The step reads
 the token and the position from device tensors, so on CUDA it is captured into
 one CUDA graph per pipeline stage (``cuda_graph=True``) and replayed; if the
 capture fails the engine warns, records why in ``graph_error`` and runs the
-same step eagerly. Layers on several devices form stages run in turn, the
-hidden state handed over once per boundary per token. Batch size 1.
+same step eagerly. With ``compile`` (default on CUDA) the elementwise work
+between the matrix products (norms, rotary embedding, attention over the
+cache, gates, residual adds) runs as ``torch.compile``'d functions
+(:class:`~.model.StepFunctions`), a few fused kernels per layer instead of
+dozens; if compiling fails the engine warns, records why in
+``compile_error`` and runs them as written. Layers on several devices form
+stages run in turn, the hidden state handed over once per boundary per token.
+Batch size 1.
 
 ``generate(prompt, max_new_tokens)``: greedy by default; ``do_sample=True``
 samples with ``temperature``, ``top_k``, ``top_p`` and a seeded generator.
@@ -22,7 +28,7 @@ from pathlib import Path
 import torch
 
 from ...quant.gguf import GGUFFile
-from .model import COMPUTE_DTYPES, Qwen35Config, Qwen35Model, layer_bytes, rms_norm
+from .model import COMPUTE_DTYPES, EAGER, Qwen35Config, Qwen35Model, StepFunctions, layer_bytes
 from .split import StagePlan, device_capacities, plan_stages
 
 __all__ = ["Qwen35Engine", "GenerateResult", "cache_bytes_per_layer", "sample"]
@@ -76,7 +82,9 @@ class Qwen35Engine:
     """Generation over a :class:`Qwen35Model` (see the module docstring)."""
 
     def __init__(self, model: Qwen35Model, max_len: int = 512, dtype: torch.dtype = torch.float16,
-                 cuda_graph: bool = True, plan: StagePlan | None = None):
+                 cuda_graph: bool = True, plan: StagePlan | None = None, compile: bool | None = None):
+        if compile is not None and not isinstance(compile, bool):
+            raise TypeError(f"compile must be a bool or None, got {type(compile).__name__}")
         if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
             raise ValueError(f"max_len must be a positive int, got {max_len!r}")
         if dtype not in COMPUTE_DTYPES:
@@ -111,10 +119,15 @@ class Qwen35Engine:
         self.use_graphs = bool(cuda_graph) and all(d.type == "cuda" for d in devs)
         self.graphs = None
         self.graph_error: str | None = None
+        on_cuda = all(d.type == "cuda" for d in devs)
+        self.fns = StepFunctions(compiled=True) if (on_cuda if compile is None else compile) else EAGER
+        self.compile_error: str | None = None
+        self._ready = False   # compiled (or fallen back) and captured, once
 
     @classmethod
     def from_gguf(cls, path, devices=None, max_len: int = 512, dtype: torch.dtype = torch.float16,
-                  cuda_graph: bool = True, capacities=None, activations: str = "fp16") -> "Qwen35Engine":
+                  cuda_graph: bool = True, capacities=None, activations: str = "fp16",
+                  compile: bool | None = None) -> "Qwen35Engine":
         """Load a qwen35 GGUF over ``devices`` (one stage per device, layers assigned by
         :func:`plan_stages` on measured bytes, caches included). ``capacities``: bytes per
         device (default: free CUDA memory less 1 GiB; unbounded on CPU). ``devices`` defaults
@@ -132,7 +145,7 @@ class Qwen35Engine:
         caps = device_capacities(devices) if capacities is None else list(capacities)
         plan = plan_stages(per_layer, len(devices), caps, first_extra=embed, last_extra=head + 4 * cfg.hidden)
         model = Qwen35Model.from_gguf(f, devices=plan.device_of_layer(devices), activations=activations)
-        return cls(model, max_len=max_len, dtype=dtype, cuda_graph=cuda_graph, plan=plan)
+        return cls(model, max_len=max_len, dtype=dtype, cuda_graph=cuda_graph, plan=plan, compile=compile)
 
     # ------------------------------------------------------------------ the step
 
@@ -141,9 +154,9 @@ class Qwen35Engine:
         m, dev_blocks = self.model, self.stages[s][1]
         h = m.embed(self.tok) if s == 0 else self.h[s]
         for b in dev_blocks:
-            h = b(h, self.pos[s], self.dtype)
+            h = b(h, self.pos[s], self.dtype, self.fns)
         if s == len(self.stages) - 1:
-            logits = m.head(rms_norm(h, m.output_norm, self.cfg.eps).to(self.dtype)).float()
+            logits = m.head(self.fns.norm(h, m.output_norm, self.cfg.eps, self.dtype)).float()
             self.logits.copy_(logits)
             self.next_tok.copy_(logits.argmax(-1))
         else:
@@ -166,6 +179,23 @@ class Qwen35Engine:
                 b.mixer.reset()
         for p in self.pos:
             p.zero_()
+
+    def _prepare(self) -> None:
+        """Once: run one step with the compiled functions (compiling them; on failure warn, record
+        ``compile_error`` and use them as written), then capture the graphs if asked."""
+        if self.fns.compiled:
+            try:
+                for s in range(len(self.stages)):
+                    self._run_stage(s)
+            except Exception as e:
+                self.compile_error = f"{type(e).__name__}: {e}"
+                self.fns = EAGER
+                warnings.warn(f"torch.compile of the step's elementwise parts failed, running them as written: "
+                              f"{self.compile_error}", RuntimeWarning)
+            self.reset()
+        if self.use_graphs:
+            self._capture()
+        self._ready = True
 
     def _capture(self) -> None:
         try:
@@ -235,8 +265,8 @@ class Qwen35Engine:
         gen = torch.Generator(device=last_dev)
         if seed is not None:
             gen.manual_seed(seed)
-        if self.use_graphs and self.graphs is None:
-            self._capture()
+        if not self._ready:
+            self._prepare()
         self.reset()
         prompt_logits, logits, tokens = [], [], []
         self._sync()
@@ -263,7 +293,7 @@ class Qwen35Engine:
             prompt_logits=torch.cat(prompt_logits).cpu() if return_logits else None,
             logits=torch.cat(logits).cpu() if return_logits else None,
             prefill_s=t1 - t0, decode_s=t2 - t1, cuda_graphs=self.graphs is not None,
-            info={"graph_error": self.graph_error, "stages": [str(d) for d, _ in self.stages],
+            info={"graph_error": self.graph_error, "compiled": self.fns.compiled, "compile_error": self.compile_error, "stages": [str(d) for d, _ in self.stages],
                   "max_len": self.max_len, "dtype": str(self.dtype)})
 
 

@@ -202,6 +202,80 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin, rest], dim=-1)
 
 
+# ---------------------------------------------------------------- the step's elementwise parts
+# Pure functions of tensors (no module state), so one torch.compile of each serves every layer of the same
+# shape. Between two matrix products a decode step runs dozens of small kernels (norms, rotary embedding,
+# the attention over the cache, gates, residual adds); on a GPU whose GEMVs take tens of microseconds their
+# launches add up to a third of a step. StepFunctions(compiled=True) fuses each function into a few kernels;
+# EAGER runs the same code as written (the CPU and the fp32 yardstick).
+
+def norm_to(h: torch.Tensor, w: torch.Tensor, eps: float, dtype: torch.dtype) -> torch.Tensor:
+    return rms_norm(h, w, eps).to(dtype)
+
+
+def add_norm(h, y, w, eps: float, dtype: torch.dtype):
+    """(h + y, RMSNorm(h + y) in ``dtype``): the residual add and the next norm."""
+    h = h + y.float()
+    return h, rms_norm(h, w, eps).to(dtype)
+
+
+def residual_add(h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return h + y.float()
+
+
+def swiglu(g: torch.Tensor, u: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return (F.silu(g.float()) * u.float()).to(dtype)
+
+
+def float_proj_split(x: torch.Tensor, w: torch.Tensor, n: int):
+    """x @ w^T with w a float matrix (the DeltaNet alpha and beta rows stacked), split after row ``n``."""
+    ct = torch.promote_types(x.dtype, w.dtype)   # fp32 when either is (the yardstick stays fp32)
+    y = (x.to(ct) @ w.t().to(ct)).to(x.dtype)
+    return y[:, :n].contiguous(), y[:, n:].contiguous()
+
+
+def attention_inputs(qg, k, v, q_norm, k_norm, cos_t, sin_t, pos, eps: float, cache_dtype: torch.dtype):
+    """From the q (with its output gate), k and v products: q and k normed per head and rotated, the gate,
+    and k, v as the cache stores them ([B, kv_heads, 1, head_dim])."""
+    B, D = qg.shape[0], q_norm.shape[0]
+    H, G = qg.shape[1] // (2 * D), k.shape[1] // D
+    qg = qg.float().view(B, H, 2 * D)
+    q, gate = qg[..., :D], qg[..., D:].reshape(B, H * D)
+    q = rms_norm(q, q_norm, eps)
+    k = rms_norm(k.float().view(B, G, D), k_norm, eps)
+    cos, sin = cos_t.index_select(0, pos)[:, None], sin_t.index_select(0, pos)[:, None]
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return q, gate, k[:, :, None].to(cache_dtype), v.view(B, G, 1, D).to(cache_dtype)
+
+
+def attend(q, gate, k_cache, v_cache, pos, dtype: torch.dtype) -> torch.Tensor:
+    """Softmax attention of q [B, heads, D] over the cache up to ``pos`` (grouped KV heads), times the sigmoid
+    output gate: the input of the output projection, in ``dtype``."""
+    B, H, D = q.shape
+    G, T = k_cache.shape[1], k_cache.shape[2]
+    scores = torch.einsum("bgrd,bgtd->bgrt", q.view(B, G, H // G, D), k_cache.float()) / math.sqrt(D)
+    future = torch.arange(T, device=q.device) > pos   # keys not written yet
+    p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    o = torch.einsum("bgrt,bgtd->bgrd", p, v_cache.float()).reshape(B, H * D)
+    return (o * torch.sigmoid(gate)).to(dtype)
+
+
+class StepFunctions:
+    """The step's elementwise parts, as written (``compiled=False``) or each wrapped in ``torch.compile``
+    (Inductor, static shapes, one graph per function: a graph break is an error, not a silent slowdown)."""
+
+    NAMES = ("norm", "add_norm", "add", "swiglu", "float_proj_split", "attention_inputs", "attend")
+
+    def __init__(self, compiled: bool = False):
+        self.compiled = bool(compiled)
+        fns = (norm_to, add_norm, residual_add, swiglu, float_proj_split, attention_inputs, attend)
+        for name, fn in zip(self.NAMES, fns):
+            setattr(self, name, torch.compile(fn, dynamic=False, fullgraph=True) if compiled else fn)
+
+
+EAGER = StepFunctions(compiled=False)
+
+
 class AttentionMixer:
     """Gated full attention with a preallocated KV cache [B, kv_heads, max_len, head_dim]."""
     kind = "attention"
@@ -224,25 +298,14 @@ class AttentionMixer:
         self.k_cache.zero_()
         self.v_cache.zero_()
 
-    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor, fns: "StepFunctions | None" = None) -> torch.Tensor:
         """x [B, hidden] (normed, compute dtype), pos [1] long on x's device (the token's position)."""
-        c = self.cfg
-        B, H, G, D = x.shape[0], c.attn_heads, c.attn_kv_heads, c.head_dim
-        qg = self.q(x).float().view(B, H, 2 * D)
-        q, gate = qg[..., :D], qg[..., D:].reshape(B, H * D)
-        q = rms_norm(q, self.q_norm, c.eps)
-        k = rms_norm(self.k(x).float().view(B, G, D), self.k_norm, c.eps)
-        v = self.v(x).float().view(B, G, D)
-        cos, sin = self.cos.index_select(0, pos)[:, None], self.sin.index_select(0, pos)[:, None]
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        self.k_cache.index_copy_(2, pos, k[:, :, None].to(self.k_cache.dtype))
-        self.v_cache.index_copy_(2, pos, v[:, :, None].to(self.v_cache.dtype))
-        T = self.k_cache.shape[2]
-        scores = torch.einsum("bgrd,bgtd->bgrt", q.view(B, G, H // G, D), self.k_cache.float()) / math.sqrt(D)
-        future = torch.arange(T, device=x.device) > pos   # keys not written yet
-        p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-        o = torch.einsum("bgrt,bgtd->bgrd", p, self.v_cache.float()).reshape(B, H * D)
-        return self.o((o * torch.sigmoid(gate)).to(x.dtype))
+        fns = fns or EAGER
+        q, gate, k, v = fns.attention_inputs(self.q(x), self.k(x), self.v(x), self.q_norm, self.k_norm,
+                                             self.cos, self.sin, pos, self.cfg.eps, self.k_cache.dtype)
+        self.k_cache.index_copy_(2, pos, k)   # in place, outside the compiled parts: the cache is never copied
+        self.v_cache.index_copy_(2, pos, v)
+        return self.o(fns.attend(q, gate, self.k_cache, self.v_cache, pos, x.dtype))
 
 
 class DeltaNetMixer:
@@ -274,10 +337,9 @@ class DeltaNetMixer:
         self.state.zero_()
         self.conv_state.zero_()
 
-    def __call__(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, pos: torch.Tensor, fns: "StepFunctions | None" = None) -> torch.Tensor:
         if self.ab is not None:
-            ab = self.ab(x)
-            a, b = ab[:, :self.n_heads].contiguous(), ab[:, self.n_heads:].contiguous()
+            a, b = (fns or EAGER).float_proj_split(x, self.ab.w, self.n_heads)
         else:
             a, b = self.alpha(x), self.beta(x)
         o = gated_deltanet_decode(self.qkv(x), self.gate(x), a, b, self.conv_state,
@@ -302,11 +364,12 @@ class Block:
     def linears(self):
         return self.mixer.linears() + [self.ffn_gate, self.ffn_up, self.ffn_down]
 
-    def __call__(self, h: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        h = h + self.mixer(rms_norm(h, self.attn_norm, self.eps).to(dtype), pos).float()
-        x = rms_norm(h, self.post_norm, self.eps).to(dtype)
-        act = (F.silu(self.ffn_gate(x).float()) * self.ffn_up(x).float()).to(dtype)
-        return h + self.ffn_down(act).float()
+    def __call__(self, h: torch.Tensor, pos: torch.Tensor, dtype: torch.dtype,
+                 fns: "StepFunctions | None" = None) -> torch.Tensor:
+        fns = fns or EAGER
+        h, x = fns.add_norm(h, self.mixer(fns.norm(h, self.attn_norm, self.eps, dtype), pos, fns), self.post_norm,
+                            self.eps, dtype)
+        return fns.add(h, self.ffn_down(fns.swiglu(self.ffn_gate(x), self.ffn_up(x), dtype)))
 
 
 def layer_tensor_names(cfg: Qwen35Config, i: int) -> list[str]:
