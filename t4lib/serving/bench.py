@@ -181,6 +181,11 @@ def serve_batch_compare(label: str, cfg_kw: dict, batches=(8, 64), new_tokens: i
                                        note=f"all {B} sequences: B x decode steps / s; sampling (T=1, top-k 50), "
                                             f"{new_tokens} new tokens after {prompt_len}; {how}; fused q/k/v, "
                                             f"gate/up"))
+            figs.append(results.figure(f"{label}/b{B}/engine_{tag}/frac_copy_bw", r.frac_copy_bw, "fraction",
+                                       "ARITHMETIC", SOURCE, env=env,
+                                       note="bytes one decode step must read (every Linear weight incl. lm_head, "
+                                            "KV cache at the mean length) x steps/s / copy bandwidth: the share "
+                                            "of the step the weight and cache bytes would take at copy bandwidth"))
         del eng
         torch.cuda.empty_cache()
         return out

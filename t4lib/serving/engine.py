@@ -6,6 +6,15 @@ of the next token (greedy argmax, or sampling by the Gumbel-max trick on
 ``softmax(logits / temperature)`` restricted to the top k), and the update of
 the step's own inputs (token, position, output slot) all live on the device,
 so decoding ``n`` tokens is ``n`` graph replays and no host synchronisation.
+The prompt is right-padded to a multiple of ``prefill_bucket`` tokens (the pads
+come after every real token, so causal attention never lets a real token see
+them; decoding overwrites their cache slots before it reaches them) and, on
+CUDA, each padded length's prefill forward is captured in a CUDA graph the first
+time it is met and replayed after (one memory pool for all of them;
+``prefill_graph=False`` prefills eagerly): a prefill
+costs a replay instead of the host time of an eager forward, which dominates
+the time to the first token of a small model. A cache that keeps its write
+position on the host cannot be padded; such a model prefills eagerly, unpadded.
 With ``compile`` (default on CUDA) the decode forward is first compiled by
 ``torch.compile`` (Inductor, no CUDA graphs of its own): the elementwise work
 between the matrix products (RMSNorm, rotary embedding, SiLU-gating, residual
@@ -59,6 +68,7 @@ class GenerateResult:
     decode_tokens_per_s: float       # per sequence: (new - 1) / decode_s
     graph: bool
     graph_error: str | None = None
+    prefill_graph: bool = False      # whether the prefill ran as a captured graph
     compiled: bool = False
     compile_error: str | None = None
     logits: torch.Tensor | None = None   # [B, new, V] fp32 (CPU) with output_logits=True: the scores of each choice
@@ -130,7 +140,7 @@ class StaticEngine:
     """Greedy/sampled decoding with a static KV cache and CUDA-graph decode steps (see module docstring)."""
 
     def __init__(self, model: nn.Module, max_len: int = 512, use_graph: bool | None = None,
-                 compile: bool | None = None):
+                 compile: bool | None = None, prefill_bucket: int = 16, prefill_graph: bool | None = None):
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
                             f"got {type(model).__name__}")
@@ -145,6 +155,16 @@ class StaticEngine:
         if compile is not None and not isinstance(compile, bool):
             raise TypeError(f"compile must be a bool or None, got {type(compile).__name__}")
         self.compile = self.use_graph if compile is None else compile
+        if isinstance(prefill_bucket, bool) or not isinstance(prefill_bucket, int) or prefill_bucket < 1:
+            raise ValueError(f"prefill_bucket must be an int >= 1, got {prefill_bucket!r}")
+        self.prefill_bucket = prefill_bucket
+        if prefill_graph is not None and not isinstance(prefill_graph, bool):
+            raise TypeError(f"prefill_graph must be a bool or None, got {type(prefill_graph).__name__}")
+        self.prefill_graph = self.use_graph if prefill_graph is None else prefill_graph
+        if self.prefill_graph and not self.use_graph:
+            raise ValueError("prefill_graph=True needs use_graph (a CUDA model)")
+        self.prefill_graph_error = None
+        self._pf_pool = None       # one memory pool for every prefill graph (replayed one at a time)
         self._key = None      # (batch, do_sample, temperature, top_k, output_logits, output_logprobs): the buffers/graph
         self.graph = None
         self.graph_error = None
@@ -170,11 +190,16 @@ class StaticEngine:
             self._sel = (do_sample, temperature, top_k)
             self.scores = None  # [B, max_len, V] fp32, allocated at the first prefill when output_logits
             self.logprobs = torch.zeros(B, self.max_len, device=dev) if output_logprobs else None
+            # prefill buffers and graphs per padded length (they hold this cache's tensors)
+            self._pf_graphs, self._pf_ids, self._pf_pos = {}, {}, {}
+            self._pf_last = torch.zeros(1, dtype=torch.long, device=dev)   # index of the last prompt token
+            self._pf_len = torch.zeros(1, dtype=torch.long, device=dev)    # prompt length: the write position
+            self._pf_logits = None
         else:
             self.cache.reset()
 
-    def _forward(self, ids, cache_position):
-        """Logits of the last position [B, 1, V]."""
+    def _forward(self, ids, cache_position, last: torch.Tensor | None = None):
+        """Logits [B, 1, V] of the last position, or of position ``last`` ([1] long tensor) when given."""
         B = ids.shape[0]
         pos_ids = cache_position.view(1, -1).expand(B, -1)
         if torch.compiler.is_compiling():
@@ -185,10 +210,11 @@ class StaticEngine:
                   use_cache=True)
         if self._logits_to_keep:
             try:
-                return self.model(**kw, logits_to_keep=1).logits
+                return self.model(**kw, logits_to_keep=1 if last is None else last).logits
             except TypeError:  # models without logits_to_keep (found by the eager prefill, before any tracing)
                 self._logits_to_keep = False
-        return self.model(**kw).logits[:, -1:]
+        logits = self.model(**kw).logits
+        return logits[:, -1:] if last is None else logits.index_select(1, last)
 
     def _step(self):
         """One decode step on the static buffers (what the graph captures)."""
@@ -203,6 +229,70 @@ class StaticEngine:
         self.out.index_copy_(1, self.step_idx, nxt[:, None])
         self.pos.add_(1)
         self.step_idx.add_(1)
+
+    # ------------------------------------------------------------------ prefill
+    def _prefill_body(self, Tp: int):
+        """The prefill on its static buffers (what a prefill graph captures): the padded prompt at positions
+        0 .. Tp - 1, the logits of the last real token into ``_pf_logits``, and the cache's write position
+        moved back from Tp to the prompt length."""
+        logits = self._forward(self._pf_ids[Tp], self._pf_pos[Tp], last=self._pf_last)
+        if self._pf_logits is None:
+            self._pf_logits = torch.empty_like(logits)
+        self._pf_logits.copy_(logits)
+        for c in self._cache_counters()[0]:
+            c.copy_(self._pf_len.reshape(c.shape))
+
+    def _capture_prefill(self, Tp: int) -> None:
+        """Capture the prefill graph of padded length ``Tp`` (warm-up on a side stream; the warm-up writes
+        the cache slots the prefill then rewrites); on failure prefill eagerly and say why."""
+        counters = self._cache_counters()[0]
+        try:
+            if self._pf_pool is None:
+                self._pf_pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for c in counters:
+                    c.zero_()
+                self._prefill_body(Tp)
+            torch.cuda.current_stream().wait_stream(side)
+            for c in counters:
+                c.zero_()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._pf_pool):  # records; runs nothing
+                self._prefill_body(Tp)
+            self._pf_graphs[Tp] = g
+        except Exception as e:  # capture-unsafe model code: prefill eagerly and say so
+            self.prefill_graph_error = f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
+            warnings.warn(f"StaticEngine: prefill graph capture failed, prefilling eagerly "
+                          f"({self.prefill_graph_error})", RuntimeWarning)
+        for c in counters:
+            c.zero_()
+
+    def _prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """Logits [B, 1, V] of the last prompt token of ``ids [B, T]`` (on the device) with the cache filled
+        and positioned at T, and whether a graph ran (see the module docstring)."""
+        B, T = ids.shape
+        if self._cache_counters()[1]:   # a host-side write position: no padding, no graph
+            return self._forward(ids, torch.arange(T, device=self.device)), False
+        Tp = min(-(-T // self.prefill_bucket) * self.prefill_bucket, self.max_len)
+        if Tp not in self._pf_ids:
+            self._pf_ids[Tp] = torch.zeros(B, Tp, dtype=torch.long, device=self.device)
+            self._pf_pos[Tp] = torch.arange(Tp, device=self.device)
+        self._pf_ids[Tp][:, :T].copy_(ids)
+        self._pf_ids[Tp][:, T:].copy_(ids[:, -1:].expand(B, Tp - T))   # pads: the last token repeated
+        self._pf_last.fill_(T - 1)
+        self._pf_len.fill_(T)
+        if self.prefill_graph and self.prefill_graph_error is None and Tp not in self._pf_graphs:
+            if any(c.device != self.device for c in self._cache_counters()[0]):
+                self._prefill_body(Tp)   # a fresh cache allocates its tensors (here) at its first write
+            self._capture_prefill(Tp)
+        if Tp in self._pf_graphs:
+            self._pf_graphs[Tp].replay()
+            return self._pf_logits, True
+        self._prefill_body(Tp)
+        return self._pf_logits, False
 
     def _capture(self):
         if self.compile and self._decode_forward is None and self.compile_error is None:
@@ -304,7 +394,7 @@ class StaticEngine:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device)
         t0 = time.perf_counter()
-        logits = self._forward(ids, torch.arange(T, device=self.device))
+        logits, prefill_graph = self._prefill(ids)
         if output_logits:
             if self.scores is None:
                 self.scores = torch.zeros(B, self.max_len, logits.shape[-1], device=self.device)
@@ -349,6 +439,7 @@ class StaticEngine:
                              lengths=lengths, ttft_s=ttft, decode_s=decode,
                              decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
                              graph=self.graph is not None, graph_error=self.graph_error,
+                             prefill_graph=prefill_graph,
                              compiled=self._decode_forward is not None and self._ran_compiled,
                              compile_error=self.compile_error,
                              logits=self.scores[:, :max_new_tokens].cpu() if output_logits else None,
