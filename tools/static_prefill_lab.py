@@ -56,6 +56,12 @@ def main() -> None:
     prompts = [torch.tensor([p]) for p in load_prompts(tok, "copy", 40)]
     cases["tiny-gpu/copy/b1"] = compare(model, prompts, 32)
     print("tiny-gpu", cases["tiny-gpu/copy/b1"], flush=True)
+    # one engine, its setup changing between calls (new cache, new graphs): every prefill still a graph replay
+    eng = StaticEngine(model, max_len=128, compile=False)
+    flags = [eng.generate(p, 8, output_logits=o).prefill_graph for o in (True, False, True) for p in prompts[:4]]
+    cases["tiny-gpu/setup_changes"] = {"prefill_graph_every_call": all(flags), "error": eng.prefill_graph_error}
+    print("setup changes", cases["tiny-gpu/setup_changes"], flush=True)
+    del eng
     del model
     m = build_random_model(QWEN15)
     gen = torch.Generator().manual_seed(0)

@@ -164,7 +164,7 @@ class StaticEngine:
         if self.prefill_graph and not self.use_graph:
             raise ValueError("prefill_graph=True needs use_graph (a CUDA model)")
         self.prefill_graph_error = None
-        self._pf_pool = None       # one memory pool for every prefill graph (replayed one at a time)
+        self._pf_pool = None       # one memory pool for the prefill graphs of one setup (replayed one at a time)
         self._key = None      # (batch, do_sample, temperature, top_k, output_logits, output_logprobs): the buffers/graph
         self.graph = None
         self.graph_error = None
@@ -192,6 +192,7 @@ class StaticEngine:
             self.logprobs = torch.zeros(B, self.max_len, device=dev) if output_logprobs else None
             # prefill buffers and graphs per padded length (they hold this cache's tensors)
             self._pf_graphs, self._pf_ids, self._pf_pos = {}, {}, {}
+            self._pf_pool = None   # a pool lives only while a graph uses it: a new one for the new graphs
             self._pf_last = torch.zeros(1, dtype=torch.long, device=dev)   # index of the last prompt token
             self._pf_len = torch.zeros(1, dtype=torch.long, device=dev)    # prompt length: the write position
             self._pf_logits = None
