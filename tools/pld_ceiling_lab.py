@@ -9,6 +9,9 @@ replays prompt lookup over each output with a fixed draft length k and n-gram si
 forwards (one per verify or plain step), tokens per forward and the share of steps where the drafter had
 nothing to propose. No timing: a fixed k that always verifies k + 1 positions is the most a drafter of this kind
 can carry per forward; the engine's adaptive k trades some of it for cheaper verifies.
+Then the engine itself (``SpeculativeEngine`` on the CPU, batch 1, the verify costs of the recorded H200 run
+when there is one) decodes the copy prompts with its default rule and with variants, counting target
+forwards, verifies, plain steps and host round trips (one per verify, one per chunk of plain steps).
 """
 from __future__ import annotations
 
@@ -42,6 +45,40 @@ def replay(prompts, refs, k: int, max_ngram: int, min_ngram: int) -> dict:
             "forwards": forwards, "tokens": tokens}
 
 
+def engine_counts(model, prompts, refs, max_new: int) -> dict:
+    """Forwards and host round trips of the speculative engine (greedy, batch 1) per rule variant."""
+    from t4lib import results
+    from t4lib.speculative import SpeculativeEngine
+
+    cost, where = None, "the engine's default curve"
+    path = results.results_dir() / "nvidia-h200" / "speculative.json"
+    if path.exists():
+        ms = json.loads(path.read_text())["details"]["verify_graph_ms"]["1"]
+        cost, where = {int(q): v / ms["1"] for q, v in ms.items()}, f"{path.name} (H200, batch 1)"
+    variants = {"default (adaptive k, plain chunks of 4)": {},
+                "adaptive k, plain chunks of 1": {"plain_chunk": 1},
+                "k = 8 always, plain chunks of 1": {"adaptive": False, "ks": (8,), "plain_chunk": 1}}
+    out = {"verify_cost": cost, "verify_cost_from": where, "variants": {}}
+    for name, kw in variants.items():
+        kw = {"ks": (1, 2, 4, 8), **kw}
+        eng = SpeculativeEngine(model, PromptLookupDrafter(max_ngram=3, min_ngram=1, eos_token_id=0),
+                                max_len=max(map(len, prompts)) + max_new + 8, max_batch_size=1, verify_cost=cost,
+                                **kw)
+        c = dict(forwards=0, tokens=0, plain_steps=0, round_trips=0, identical=0)
+        for p, r in zip(prompts, refs):
+            res = eng.generate([p], max_new, eos_token_id=0)
+            st = res.stats
+            verifies = st.target_forwards - st.plain_steps
+            c["forwards"] += st.target_forwards
+            c["tokens"] += st.decode_tokens
+            c["plain_steps"] += st.plain_steps
+            c["round_trips"] += verifies + sum(1 for k in st.k_trace if k == 0)
+            c["identical"] += res.new_tokens[0] == r
+        c["tokens_per_forward"] = c["tokens"] / c["forwards"]
+        out["variants"][name] = c
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
@@ -59,6 +96,9 @@ def main() -> None:
                 for k in (1, 2, 4, 8, 16) for mx, mn in ((3, 1), (4, 2), (1, 1))}
         sets[kind] = {"prompts": len(prompts), "max_new": max_new, "output_tokens_mean": sum(lens) / len(lens),
                       "output_tokens_max": max(lens), "replays": rows}
+        if kind == "copy":
+            sets[kind]["engine"] = engine_counts(model, prompts, refs, max_new)
+            print({k: round(v["tokens_per_forward"], 2) for k, v in sets[kind]["engine"]["variants"].items()})
         print(kind, sets[kind]["output_tokens_mean"], {k: round(v["tokens_per_forward"], 2) for k, v in rows.items()},
               flush=True)
     rec = {"device": "cpu", "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
