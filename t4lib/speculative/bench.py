@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 
 from .. import results
+from ..serving.bench import build_random_model
 from .drafters import DraftModelDrafter, PromptLookupDrafter
 from .engine import SpeculativeEngine
 
@@ -38,9 +39,11 @@ SOURCE = "t4lib/speculative/bench.py"
 EOS = 0
 QWEN_SHAPES = {  # Qwen2.5 configurations (random weights here)
     "qwen2.5-0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
-                         num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True),
+                         num_attention_heads=14, num_key_value_heads=2, tie_word_embeddings=True,
+                         max_position_embeddings=4096),
     "qwen2.5-7b": dict(vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_hidden_layers=28,
-                       num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False),
+                       num_attention_heads=28, num_key_value_heads=4, tie_word_embeddings=False,
+                       max_position_embeddings=4096),
 }
 T4_BW = 260e9          # sustained bytes/s (the project's T4 roofline)
 T4_FP16_FLOPS = 32e12  # half the 65 TFLOPs fp16 tensor-core peak: what a GEMM sustains on a 70 W part
@@ -165,14 +168,6 @@ def merge_stats(stats) -> dict:
 
 
 # ---------------------------------------------------------------------- verify-cost curve
-def build_random_model(cfg_kw: dict, device="cuda", dtype=torch.float16):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-    cfg = Qwen2Config(max_position_embeddings=4096, **cfg_kw)
-    with torch.device(device):
-        m = Qwen2ForCausalLM(cfg).to(dtype).eval()
-    return m
-
-
 @torch.no_grad()
 def verify_cost_curve(model, qs=range(1, 17), context: int = 512, reps: int = 20) -> list[float]:
     """Seconds of one target forward of ``q`` tokens after ``context`` cached tokens, per ``q``: the
@@ -438,7 +433,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     k_mean = (k_hist["drafted"] / max(1, sum(k_hist["accept_hist"]))) if k_hist["drafted"] else 1
     for shape, kw in tqdm(list(QWEN_SHAPES.items()) if device == "cuda" else [], desc="verify-cost curves"):
         try:
-            m = build_random_model(kw)
+            m = build_random_model(kw)   # fp16, built on the GPU
             ts = verify_cost_curve(m, qs, reps=5 if quick else 20)
             del m
             torch.cuda.empty_cache()
