@@ -42,7 +42,8 @@ def build_random_model(cfg_kw: dict, dev="cuda"):
 
 def _engine_meta(r) -> dict:
     """How a StaticEngine result was decoded (graph, compiled, and why not)."""
-    return dict(graph=r.graph, graph_error=r.graph_error, compiled=r.compiled, compile_error=r.compile_error)
+    return dict(graph=r.graph, graph_error=r.graph_error, compiled=r.compiled, compile_error=r.compile_error,
+                prefill_graph=r.prefill_graph)
 
 
 def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: int = 16, hf_baseline: bool = True):
@@ -105,10 +106,12 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
     t_e2e = bench.wall_time(lambda: eng.generate(ids, new_tokens))
     r = eng.generate(ids, new_tokens)
     fig("engine_w4a16/tokens_per_s", new_tokens / t_e2e, "tokens/s",
-        note="end to end like the HF figure (eager prefill + decode)", **_engine_meta(r))
+        note=f"end to end like the HF figure ({'graph-replayed' if r.prefill_graph else 'eager'} prefill + decode)",
+        **_engine_meta(r))
     fig("engine_w4a16/decode_tokens_per_s", r.decode_tokens_per_s, "tokens/s",
         note="CUDA graph of the compiled step, fused q/k/v and gate/up projections")
-    fig("engine_w4a16/ttft", r.ttft_s * 1e3, "ms", prompt_len=prompt_len, note="eager prefill")
+    fig("engine_w4a16/ttft", r.ttft_s * 1e3, "ms", prompt_len=prompt_len, prefill_graph=r.prefill_graph,
+        note=f"{'graph-replayed' if r.prefill_graph else 'eager'} prefill + first choice")
     fig("engine_w4a16/peak_mem", r.peak_mem_bytes / 2 ** 20, "MiB")
     fig("weight_mem_fp16", fp16_bytes / 2 ** 20, "MiB")
     fig("weight_mem_w4a16", q_bytes / 2 ** 20, "MiB")
