@@ -193,7 +193,7 @@ def test_two_stages_give_the_same_tokens_as_one(f32_case):
 
 
 def test_compiled_step_matches_the_step_as_written(f32_case):
-    """compile=True (the default on CUDA) runs the step's elementwise parts as torch.compile'd functions;
+    """compile=True (the default with CUDA graphs) runs the step's elementwise parts as torch.compile'd functions;
     on the CPU they compile through Inductor's C++ backend: the oracle's tokens, logits within TOL_F32 of
     the functions as written, and the engine says it compiled."""
     _, _, path, (_, _, ref_tokens) = f32_case

@@ -6,7 +6,7 @@ layers their conv and recurrent state; all are allocated once. The step reads
 the token and the position from device tensors, so on CUDA it is captured into
 one CUDA graph per pipeline stage (``cuda_graph=True``) and replayed; if the
 capture fails the engine warns, records why in ``graph_error`` and runs the
-same step eagerly. With ``compile`` (default on CUDA) the elementwise work
+same step eagerly. With ``compile`` (default: with CUDA graphs) the elementwise work
 between the matrix products (norms, rotary embedding, attention over the
 cache, gates, residual adds) runs as ``torch.compile``'d functions
 (:class:`~.model.StepFunctions`), a few fused kernels per layer instead of
@@ -119,8 +119,9 @@ class Qwen35Engine:
         self.use_graphs = bool(cuda_graph) and all(d.type == "cuda" for d in devs)
         self.graphs = None
         self.graph_error: str | None = None
-        on_cuda = all(d.type == "cuda" for d in devs)
-        self.fns = StepFunctions(compiled=True) if (on_cuda if compile is None else compile) else EAGER
+        # default: compiled with the graphs only; without them each compiled function's Python wrapper runs
+        # on every call, which can cost more than the fusion saves
+        self.fns = StepFunctions(compiled=True) if (self.use_graphs if compile is None else compile) else EAGER
         self.compile_error: str | None = None
         self._ready = False   # compiled (or fallen back) and captured, once
 
