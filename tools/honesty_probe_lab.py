@@ -1,0 +1,102 @@
+"""Can tiny-gpu tell a trap from its answerable twin at all? A linear probe on its hidden states.
+
+    python tools/honesty_probe_lab.py --out results/cpu/labs/honesty_probe_lab.json
+
+The GRPO issue asks tiny-gpu to abstain on at least half of the quarantined traps (honesty_eval.jsonl, 5
+templates no training set uses) while abstaining on at most 5% of their answerable twins. Whatever the reward,
+RL can only reinforce a distinction the model can already make. This lab reads the hidden state at the last
+prompt token (the ``Question: ...\\nAnswer:`` prompt the GRPO runs use) after every layer, fits a logistic
+regression per layer (fp32, L-BFGS, L2) on the traps and twins of honesty_train and honesty_rl (16 templates),
+and reports its accuracy on honesty_eval (Wilson 95% interval), beside the same probe scored on held-out items
+of the training templates (a random fifth held back). Chance is 50%: every set is half traps.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import subprocess
+
+import torch
+
+from t4lib import models
+from t4lib.models import corpus, schema
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return c - h, c + h
+
+
+@torch.no_grad()
+def features(model, tok, recs) -> torch.Tensor:
+    """[layers + 1, n, hidden]: the hidden state at the last prompt token after the embedding and each layer."""
+    out = []
+    for r in recs:
+        ids = torch.tensor([tok(schema.math_prompt(r["question"]))["input_ids"]])
+        hs = model(input_ids=ids, output_hidden_states=True).hidden_states
+        out.append(torch.stack([h[0, -1] for h in hs]))
+    return torch.stack(out, dim=1)
+
+
+def fit(x: torch.Tensor, y: torch.Tensor, l2: float = 1e-2):
+    """Logistic regression on standardised features; returns a scoring function."""
+    mu, sd = x.mean(0), x.std(0) + 1e-6
+    z = (x - mu) / sd
+    w = torch.zeros(x.shape[1], requires_grad=True)
+    b = torch.zeros(1, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=200, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(z @ w + b, y) + l2 * (w * w).sum()
+        loss.backward()
+        return loss
+    opt.step(closure)
+    return lambda xs: ((xs - mu) / sd @ w + b).detach() > 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--model", default="tiny-gpu")
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    model, tok = models.load(a.model, dtype=torch.float32, device="cpu")
+    train = corpus.load_jsonl("honesty_train.jsonl") + corpus.load_jsonl("honesty_rl.jsonl")
+    test = corpus.load_jsonl("honesty_eval.jsonl")
+    perm = torch.randperm(len(train))
+    held = set(perm[: len(train) // 5].tolist())
+    fit_recs = [r for i, r in enumerate(train) if i not in held]
+    held_recs = [r for i, r in enumerate(train) if i in held]
+    f_fit, f_held, f_test = (features(model, tok, rs) for rs in (fit_recs, held_recs, test))
+    label = lambda rs: torch.tensor([float(r["trap"]) for r in rs])  # noqa: E731
+    y_fit, y_held, y_test = label(fit_recs), label(held_recs), label(test)
+    layers = {}
+    for li in range(f_fit.shape[0]):
+        score = fit(f_fit[li], y_fit)
+        row = {}
+        for name, f, y in (("train_templates_held_out_items", f_held[li], y_held), ("eval_templates", f_test[li], y_test)):
+            k = int((score(f) == y.bool()).sum())
+            lo, hi = wilson(k, len(y))
+            row[name] = {"accuracy": k / len(y), "n": len(y), "wilson95": [lo, hi]}
+        layers["embedding" if li == 0 else f"layer{li}"] = row
+        print(li, {n: round(v["accuracy"], 3) for n, v in row.items()}, flush=True)
+    rec = {"device": "cpu", "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                                     text=True).stdout.strip(),
+           "command": f"python tools/honesty_probe_lab.py --out {a.out} --model {a.model}",
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "note": __doc__.split("\n\n", 2)[2].strip(), "model": a.model,
+           "n_fit": len(fit_recs), "layers": layers}
+    with open(a.out, "w") as fh:
+        json.dump(rec, fh, indent=1)
+    print("wrote", a.out)
+
+
+if __name__ == "__main__":
+    main()
