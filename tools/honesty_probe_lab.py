@@ -5,7 +5,8 @@
 The GRPO issue asks tiny-gpu to abstain on at least half of the quarantined traps (honesty_eval.jsonl, 5
 templates no training set uses) while abstaining on at most 5% of their answerable twins. Whatever the reward,
 RL can only reinforce a distinction the model can already make. This lab reads the hidden state at the last
-prompt token (the ``Question: ...\\nAnswer:`` prompt the GRPO runs use) after every layer, fits a logistic
+prompt token (the ``Question: ...\\nAnswer:`` prompt the GRPO runs use), and the mean over the prompt's tokens,
+after every layer, fits a logistic
 regression per layer (fp32, L-BFGS, L2) on the traps and twins of honesty_train and honesty_rl (16 templates),
 and reports its accuracy on honesty_eval (Wilson 95% interval), beside the same probe scored on held-out items
 of the training templates (a random fifth held back). Chance is 50%: every set is half traps.
@@ -33,13 +34,14 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 @torch.no_grad()
-def features(model, tok, recs) -> torch.Tensor:
-    """[layers + 1, n, hidden]: the hidden state at the last prompt token after the embedding and each layer."""
+def features(model, tok, recs, readout: str) -> torch.Tensor:
+    """[layers + 1, n, hidden]: after the embedding and each layer, the hidden state at the last prompt token
+    (``readout="last"``) or the mean over the prompt's tokens (``"mean"``)."""
     out = []
     for r in recs:
         ids = torch.tensor([tok(schema.math_prompt(r["question"]))["input_ids"]])
         hs = model(input_ids=ids, output_hidden_states=True).hidden_states
-        out.append(torch.stack([h[0, -1] for h in hs]))
+        out.append(torch.stack([h[0, -1] if readout == "last" else h[0].mean(0) for h in hs]))
     return torch.stack(out, dim=1)
 
 
@@ -74,25 +76,28 @@ def main() -> None:
     held = set(perm[: len(train) // 5].tolist())
     fit_recs = [r for i, r in enumerate(train) if i not in held]
     held_recs = [r for i, r in enumerate(train) if i in held]
-    f_fit, f_held, f_test = (features(model, tok, rs) for rs in (fit_recs, held_recs, test))
     label = lambda rs: torch.tensor([float(r["trap"]) for r in rs])  # noqa: E731
     y_fit, y_held, y_test = label(fit_recs), label(held_recs), label(test)
-    layers = {}
-    for li in range(f_fit.shape[0]):
-        score = fit(f_fit[li], y_fit)
-        row = {}
-        for name, f, y in (("train_templates_held_out_items", f_held[li], y_held), ("eval_templates", f_test[li], y_test)):
-            k = int((score(f) == y.bool()).sum())
-            lo, hi = wilson(k, len(y))
-            row[name] = {"accuracy": k / len(y), "n": len(y), "wilson95": [lo, hi]}
-        layers["embedding" if li == 0 else f"layer{li}"] = row
-        print(li, {n: round(v["accuracy"], 3) for n, v in row.items()}, flush=True)
+    readouts = {}
+    for readout in ("last", "mean"):
+        f_fit, f_held, f_test = (features(model, tok, rs, readout) for rs in (fit_recs, held_recs, test))
+        layers = readouts[readout] = {}
+        for li in range(f_fit.shape[0]):
+            score = fit(f_fit[li], y_fit)
+            row = {}
+            for name, f, y in (("train_templates_held_out_items", f_held[li], y_held),
+                               ("eval_templates", f_test[li], y_test)):
+                k = int((score(f) == y.bool()).sum())
+                lo, hi = wilson(k, len(y))
+                row[name] = {"accuracy": k / len(y), "n": len(y), "wilson95": [lo, hi]}
+            layers["embedding" if li == 0 else f"layer{li}"] = row
+            print(readout, li, {n: round(v["accuracy"], 3) for n, v in row.items()}, flush=True)
     rec = {"device": "cpu", "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                                                      text=True).stdout.strip(),
            "command": f"python tools/honesty_probe_lab.py --out {a.out} --model {a.model}",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "note": __doc__.split("\n\n", 2)[2].strip(), "model": a.model,
-           "n_fit": len(fit_recs), "layers": layers}
+           "n_fit": len(fit_recs), "readouts": readouts}
     with open(a.out, "w") as fh:
         json.dump(rec, fh, indent=1)
     print("wrote", a.out)
