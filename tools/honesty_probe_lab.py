@@ -8,8 +8,9 @@ RL can only reinforce a distinction the model can already make. This lab reads t
 prompt token (the ``Question: ...\\nAnswer:`` prompt the GRPO runs use), and the mean over the prompt's tokens,
 after every layer, fits a logistic
 regression per layer (fp32, L-BFGS, L2) on the traps and twins of honesty_train and honesty_rl (16 templates),
-and reports its accuracy on honesty_eval (Wilson 95% interval), beside the same probe scored on held-out items
-of the training templates (a random fifth held back). Chance is 50%: every set is half traps.
+and reports its accuracy on honesty_eval (Wilson 95% interval) and the share of traps it ranks above all but 5%
+of the twins, beside the same probe scored on held-out items of the training templates (a random fifth held
+back). Chance is 50%: every set is half traps.
 """
 from __future__ import annotations
 
@@ -59,7 +60,16 @@ def fit(x: torch.Tensor, y: torch.Tensor, l2: float = 1e-2):
         loss.backward()
         return loss
     opt.step(closure)
-    return lambda xs: ((xs - mu) / sd @ w + b).detach() > 0
+    return lambda xs: ((xs - mu) / sd @ w + b).detach()
+
+
+def tpr_at_fpr(scores: torch.Tensor, y: torch.Tensor, fpr: float = 0.05) -> float:
+    """Share of traps above the threshold that lets at most ``fpr`` of the twins through: the abstention a
+    policy with this probe's ranking could reach at that false-abstention rate."""
+    twins = scores[y == 0].sort(descending=True).values
+    k = int(fpr * len(twins))   # twins allowed above the threshold
+    thr = twins[k] if k < len(twins) else -float("inf")
+    return float((scores[y == 1] > thr).float().mean())
 
 
 def main() -> None:
@@ -87,9 +97,11 @@ def main() -> None:
             row = {}
             for name, f, y in (("train_templates_held_out_items", f_held[li], y_held),
                                ("eval_templates", f_test[li], y_test)):
-                k = int((score(f) == y.bool()).sum())
+                sc = score(f)
+                k = int(((sc > 0) == y.bool()).sum())
                 lo, hi = wilson(k, len(y))
-                row[name] = {"accuracy": k / len(y), "n": len(y), "wilson95": [lo, hi]}
+                row[name] = {"accuracy": k / len(y), "n": len(y), "wilson95": [lo, hi],
+                             "tpr_at_fpr_0.05": tpr_at_fpr(sc, y)}
             layers["embedding" if li == 0 else f"layer{li}"] = row
             print(readout, li, {n: round(v["accuracy"], 3) for n, v in row.items()}, flush=True)
     rec = {"device": "cpu", "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
