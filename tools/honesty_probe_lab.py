@@ -17,21 +17,13 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import subprocess
 
 import torch
 
 from t4lib import models
 from t4lib.models import corpus, schema
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return c - h, c + h
+from t4lib.train.evaluate import wilson
 
 
 @torch.no_grad()
@@ -78,7 +70,6 @@ def main() -> None:
     ap.add_argument("--model", default="tiny-gpu")
     a = ap.parse_args()
     torch.manual_seed(0)
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     model, tok = models.load(a.model, dtype=torch.float32, device="cpu")
     train = corpus.load_jsonl("honesty_train.jsonl") + corpus.load_jsonl("honesty_rl.jsonl")
     test = corpus.load_jsonl("honesty_eval.jsonl")

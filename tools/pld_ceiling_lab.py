@@ -85,7 +85,6 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new", type=int, default=64)
     a = ap.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     model, tok = models.load("tiny-gpu", dtype=torch.float32, device="cpu")
     sets = {}
     for kind, max_new in (("copy", a.max_new), ("copy_long", 4 * a.max_new)):

@@ -278,7 +278,8 @@ class StaticEngine:
         """Logits [B, 1, V] of the last prompt token of ``ids [B, T]`` (on the device) with the cache filled
         and positioned at T, and whether a graph ran (see the module docstring)."""
         B, T = ids.shape
-        if self._cache_counters()[1]:   # a host-side write position: no padding, no graph
+        counters, host = self._cache_counters()
+        if host:   # a host-side write position: no padding, no graph
             return self._forward(ids, torch.arange(T, device=self.device)), False
         Tp = min(-(-T // self.prefill_bucket) * self.prefill_bucket, self.max_len)
         if Tp not in self._pf_ids:
@@ -289,7 +290,7 @@ class StaticEngine:
         self._pf_last.fill_(T - 1)
         self._pf_len.fill_(T)
         if self.prefill_graph and self.prefill_graph_error is None and Tp not in self._pf_graphs:
-            if any(c.device != self.device for c in self._cache_counters()[0]):
+            if any(c.device != self.device for c in counters):
                 self._prefill_body(Tp)   # a fresh cache allocates its tensors (here) at its first write
             self._capture_prefill(Tp)
         if Tp in self._pf_graphs:

@@ -65,6 +65,8 @@ def check_columns(dataset) -> None:
 
 #: honesty sets GRPO can train on (``honesty_eval.jsonl`` never)
 HONESTY_SETS = ("honesty_rl.jsonl", "honesty_train.jsonl")
+#: honesty sets an evaluation may read: those and the quarantined one
+READABLE_HONESTY_SETS = HONESTY_SETS + ("honesty_eval.jsonl",)
 
 
 def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str = "honesty_rl.jsonl"):
@@ -133,8 +135,8 @@ def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, 
     """Greedy answers (:func:`greedy_answers`) on the 150 quarantined honesty items (or another ``honesty``
     set, for diagnosis) and ``n_math`` held-out problems: honest abstention (traps), false abstention and
     accuracy (answerable twins), math accuracy, each with its counts and Wilson interval."""
-    if honesty not in HONESTY_SETS + ("honesty_eval.jsonl",):
-        raise ValueError(f"honesty must be one of {HONESTY_SETS + ('honesty_eval.jsonl',)}, got {honesty!r}")
+    if honesty not in READABLE_HONESTY_SETS:
+        raise ValueError(f"honesty must be one of {READABLE_HONESTY_SETS}, got {honesty!r}")
     was = model.training
     model.eval()
     recs = corpus.load_jsonl(honesty)
@@ -543,7 +545,7 @@ def base_on_honesty_sets(model_id: str = "tiny-gpu", out=None, device: str | Non
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, tok = models.load(model_id, dtype=torch.float32, device=device)
-    res = {name: evaluate_honesty(model, tok, 0, honesty=name) for name in HONESTY_SETS + ("honesty_eval.jsonl",)}
+    res = {name: evaluate_honesty(model, tok, 0, honesty=name) for name in READABLE_HONESTY_SETS}
     if out:
         figs = [results.figure(f"grpo/{model_id}/base/{name.split('.')[0]}/{k}", r[k]["rate"], "fraction", "MEASURED",
                                "t4lib.train.grpo.base_on_honesty_sets", k=r[k]["k"], n=r[k]["n"], ci95=r[k]["wilson95"],
