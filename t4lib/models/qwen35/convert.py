@@ -11,7 +11,9 @@ converter does for this architecture:
 - value heads of the Gated DeltaNet go from grouped by key head (HF) to tiled
   (GGUF: head ``j * HK + k`` is HF head ``k * (H / HK) + j``), in the V rows of
   ``in_proj_qkv`` and the conv, the rows of ``in_proj_z``/``in_proj_a``/
-  ``in_proj_b``, ``A_log``, ``dt_bias`` and the columns of ``out_proj``.
+  ``in_proj_b``, ``A_log``, ``dt_bias`` and the columns of ``out_proj``;
+- the MTP block (``mtp.*``, when the state dict has one) becomes the NextN block
+  after the main layers (``nextn_predict_layers`` = 1).
 
 Matrices are stored as F32, F16 or any type gguf-py quantizes (Q8_0 among the
 formats the engine runs); the other GGUF formats come in as ready blocks
@@ -49,7 +51,12 @@ _LAYER = {  # HF suffix -> GGUF suffix
 }
 _TOP = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
         "lm_head.weight": "output.weight"}
-_ZERO_CENTRED = ("attn_norm", "post_attention_norm", "attn_q_norm", "attn_k_norm", "output_norm")
+_MTP = {  # HF (checkpoint) name of the MTP block -> GGUF suffix of its NextN block (the layer's own tensors: _LAYER)
+    "mtp.fc.weight": "nextn.eh_proj.weight", "mtp.pre_fc_norm_embedding.weight": "nextn.enorm.weight",
+    "mtp.pre_fc_norm_hidden.weight": "nextn.hnorm.weight", "mtp.norm.weight": "nextn.shared_head_norm.weight",
+}
+_ZERO_CENTRED = ("attn_norm", "post_attention_norm", "attn_q_norm", "attn_k_norm", "output_norm", "nextn.enorm",
+                 "nextn.hnorm", "nextn.shared_head_norm")
 
 
 def kind_of(gguf_name: str) -> str:
@@ -76,18 +83,30 @@ def _strip(name: str) -> str:
 
 
 def hf_to_gguf_tensors(state_dict: dict, config) -> dict[str, torch.Tensor]:
-    """GGUF name -> fp32 tensor in GGUF order (numpy shape [rows, cols]). ``mtp.*`` tensors are left out."""
+    """GGUF name -> fp32 tensor in GGUF order (numpy shape [rows, cols]). ``mtp.*`` tensors (the MTP block)
+    become the NextN block ``blk.{num_hidden_layers}``: ``nextn.eh_proj``/``enorm``/``hnorm``/``shared_head_norm``
+    and its full-attention layer's tensors under their usual names."""
     HK, H = _cfg(config, "linear_num_key_heads"), _cfg(config, "linear_num_value_heads")
     Dk, Dv = _cfg(config, "linear_key_head_dim"), _cfg(config, "linear_value_head_dim")
     r = H // HK
+    nextn = _cfg(config, "num_hidden_layers")
     out = {}
     for name, t in state_dict.items():
         name = _strip(name)
-        if name.startswith("mtp.") or name.startswith("model.visual."):
+        if name.startswith("model.visual."):
             continue
         t = t.detach().float().cpu()
         if name in _TOP:
             g = _TOP[name]
+        elif name in _MTP:
+            g = f"blk.{nextn}.{_MTP[name]}"
+        elif name.startswith("mtp.layers."):
+            m = re.match(r"mtp\.layers\.0\.(.+)$", name)
+            if not m or m.group(1) not in _LAYER:
+                raise ValueError(f"state_dict has an MTP tensor the qwen35 converter does not know: {name!r}")
+            g = f"blk.{nextn}.{_LAYER[m.group(1)]}"
+        elif name.startswith("mtp."):
+            raise ValueError(f"state_dict has an MTP tensor the qwen35 converter does not know: {name!r}")
         else:
             m = re.match(r"model\.layers\.(\d+)\.(.+)$", name)
             if not m or m.group(2) not in _LAYER:
@@ -115,22 +134,25 @@ def hf_to_gguf_tensors(state_dict: dict, config) -> dict[str, torch.Tensor]:
     return out
 
 
-def gguf_to_hf_state_dict(path_or_file, config) -> dict[str, torch.Tensor]:
+def gguf_to_hf_state_dict(path_or_file, config, mtp: bool = False) -> dict[str, torch.Tensor]:
     """The file's tensors dequantized to fp32 and mapped back to HF names and order
     (the inverse of :func:`hf_to_gguf_tensors`): transformers then runs on exactly the
-    values the engine reads."""
+    values the engine reads. The NextN block comes back as ``mtp.*`` with ``mtp=True``
+    (for :class:`~.mtp_reference.Qwen35MTP`), else it is left out (``Qwen3_5ForCausalLM``
+    has no MTP parameters)."""
     f = path_or_file if isinstance(path_or_file, GGUFFile) else GGUFFile(path_or_file)
     HK, H = _cfg(config, "linear_num_key_heads"), _cfg(config, "linear_num_value_heads")
     Dk, Dv = _cfg(config, "linear_key_head_dim"), _cfg(config, "linear_value_head_dim")
     r = H // HK
     inv_layer = {v: k for k, v in _LAYER.items()}
     inv_top = {v: k for k, v in _TOP.items()}
+    inv_mtp = {v: k for k, v in _MTP.items()}
     n_main = int(f.key("block_count")) - int(f.key("nextn_predict_layers", 0) or 0)
     sd = {}
     for g in f.tensors:
         m = re.match(r"blk\.(\d+)\.(.+)$", g)
-        if m and int(m.group(1)) >= n_main:
-            continue   # NextN / MTP blocks
+        if m and int(m.group(1)) >= n_main and (not mtp or int(m.group(1)) > n_main):
+            continue   # NextN / MTP blocks (the first one with mtp=True)
         t = f.dequantize(g).float()
         k = kind_of(g)
         if k in _ZERO_CENTRED:
@@ -148,7 +170,10 @@ def gguf_to_hf_state_dict(path_or_file, config) -> dict[str, torch.Tensor]:
             t = torch.log(-reorder_v_heads(t, 0, HK, r, 1, inverse=True))
         elif k == "ssm_out":
             t = reorder_v_heads(t, 1, HK, r, Dv, inverse=True)
-        name = inv_top.get(g) or f"model.layers.{m.group(1)}.{inv_layer[m.group(2)]}"
+        if m and int(m.group(1)) == n_main:
+            name = inv_mtp.get(m.group(2)) or f"mtp.layers.0.{inv_layer[m.group(2)]}"
+        else:
+            name = inv_top.get(g) or f"model.layers.{m.group(1)}.{inv_layer[m.group(2)]}"
         sd[name] = t.contiguous()
     if "output.weight" not in f.tensors:
         sd["lm_head.weight"] = sd["model.embed_tokens.weight"]
@@ -190,8 +215,11 @@ def hf_to_gguf(state_dict: dict, config, path: str | os.PathLike, types: dict | 
     rope = c("rope_parameters") or {}
     head_dim = c("head_dim")
     path = Path(path)
+    n_nextn = int(any(n.startswith(f"blk.{n_layers}.") for n in tensors))   # the MTP block, when given
     w = gguf.GGUFWriter(str(path), "qwen35")
-    w.add_block_count(n_layers)
+    w.add_block_count(n_layers + n_nextn)
+    if n_nextn:
+        w.add_nextn_predict_layers(n_nextn)
     w.add_context_length(c("max_position_embeddings"))
     w.add_embedding_length(c("hidden_size"))
     w.add_feed_forward_length(c("intermediate_size"))

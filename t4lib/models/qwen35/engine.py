@@ -17,6 +17,14 @@ Batch size 1.
 
 ``generate(prompt, max_new_tokens)``: greedy by default; ``do_sample=True``
 samples with ``temperature``, ``top_k``, ``top_p`` and a seeded generator.
+
+``generate(..., mtp=gamma)`` (greedy, one stage) drafts ``gamma`` tokens per round with the file's NextN
+block (:mod:`.mtp`) and verifies them in one forward of ``gamma + 1`` rows: every matrix read once for all
+rows, the Gated DeltaNet recurrence stepped row by row keeping the state after each row, so a rejection
+restores a snapshot instead of recomputing; attention rows simply overwrite the rejected cache positions.
+The verify forward also runs the NextN block over the same rows (its cache stays complete) and leaves the
+next round's first draft. The tokens are the plain greedy ones by construction: only the target's own
+choices are kept.
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ from pathlib import Path
 import torch
 
 from ...quant.gguf import GGUFFile
+from ...ops.gguf import MAX_M as GEMV_MAX_M
 from .model import COMPUTE_DTYPES, EAGER, Qwen35Config, Qwen35Model, StepFunctions, layer_bytes
 from .split import StagePlan, device_capacities, plan_stages
 
@@ -43,7 +52,7 @@ class GenerateResult:
     decode_s: float = 0.0
     cuda_graphs: bool = False
     info: dict = field(default_factory=dict)
-
+    mtp: dict | None = None   # with generate(mtp=...): rounds, tokens_per_step, accepted histogram
     @property
     def decode_tokens_per_s(self) -> float:
         """Tokens fed back per second after the prefill: (new tokens - 1) / decode time."""
@@ -108,14 +117,18 @@ class Qwen35Engine:
                 raise ValueError(f"stage of layers {r.start}..{r.stop - 1} spans several devices")
             self.stages.append((model.devices[r.start], [model.blocks[i] for i in r]))
         for dev, blocks in self.stages:
-            for b in blocks:
-                b.mixer.allocate(1, max_len, dtype, dev)
+            for b in blocks:   # room past max_len for the rows of a verify that runs over the end
+                b.mixer.allocate(1, max_len + GEMV_MAX_M, dtype, dev)
         devs = [d for d, _ in self.stages]
         self.tok = torch.zeros(1, dtype=torch.long, device=devs[0])
         self.pos = [torch.zeros(1, dtype=torch.long, device=d) for d in devs]
         self.h = [torch.zeros(1, self.cfg.hidden, dtype=torch.float32, device=d) for d in devs]
         self.logits = torch.zeros(1, self.cfg.vocab, dtype=torch.float32, device=devs[-1])
         self.next_tok = torch.zeros(1, dtype=torch.long, device=devs[-1])
+        # the normed final hidden state (what the head reads): the MTP block's input
+        self.hidden = torch.zeros(1, self.cfg.hidden, dtype=dtype, device=devs[-1]) if model.mtp else None
+        self.rows: dict[int, dict] = {}   # verify buffers and graphs per row count (generate(mtp=...))
+        self.mtp_step_graph = None
         self.use_graphs = bool(cuda_graph) and all(d.type == "cuda" for d in devs)
         self.graphs = None
         self.graph_error: str | None = None
@@ -157,9 +170,12 @@ class Qwen35Engine:
         for b in dev_blocks:
             h = b(h, self.pos[s], self.dtype, self.fns)
         if s == len(self.stages) - 1:
-            logits = m.head(self.fns.norm(h, m.output_norm, self.cfg.eps, self.dtype)).float()
+            x = self.fns.norm(h, m.output_norm, self.cfg.eps, self.dtype)
+            logits = m.head(x).float()
             self.logits.copy_(logits)
             self.next_tok.copy_(logits.argmax(-1))
+            if self.hidden is not None:
+                self.hidden.copy_(x)
         else:
             self.h[s].copy_(h)
         self.pos[s].add_(1)
@@ -178,6 +194,8 @@ class Qwen35Engine:
         for _, blocks in self.stages:
             for b in blocks:
                 b.mixer.reset()
+        if self.model.mtp is not None and self.model.mtp.block.mixer.k_cache is not None:
+            self.model.mtp.reset()
         for p in self.pos:
             p.zero_()
 
@@ -198,22 +216,26 @@ class Qwen35Engine:
             self._capture()
         self._ready = True
 
+    @staticmethod
+    def _graph_of(fn, dev) -> torch.cuda.CUDAGraph:
+        """``fn`` captured into a CUDA graph on ``dev`` after two warm-up runs (they build kernels, pack
+        layouts and allocate workspaces)."""
+        with torch.cuda.device(dev):
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream(dev).wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+        return g
+
     def _capture(self) -> None:
         try:
-            graphs = []
-            for s, (dev, _) in enumerate(self.stages):
-                with torch.cuda.device(dev):
-                    side = torch.cuda.Stream(dev)
-                    side.wait_stream(torch.cuda.current_stream(dev))
-                    with torch.cuda.stream(side):
-                        for _ in range(2):   # warm-up: builds kernels, packs layouts, allocates workspaces
-                            self._run_stage(s)
-                    torch.cuda.current_stream(dev).wait_stream(side)
-                    g = torch.cuda.CUDAGraph()
-                    with torch.cuda.graph(g):
-                        self._run_stage(s)
-                    graphs.append(g)
-            self.graphs = graphs
+            self.graphs = [self._graph_of(lambda s=s: self._run_stage(s), dev)
+                           for s, (dev, _) in enumerate(self.stages)]
         except Exception as e:  # capture is an optimisation: fall back to the same step, eager
             self.graphs, self.use_graphs = None, False
             self.graph_error = f"{type(e).__name__}: {e}"
@@ -224,6 +246,143 @@ class Qwen35Engine:
         for dev, _ in self.stages:
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
+
+    # ------------------------------------------------------------------ MTP drafts and their verification
+
+    def _deltanet_mixers(self):
+        return [b.mixer for _, blocks in self.stages for b in blocks if b.kind == "deltanet"]
+
+    def _run_rows(self, rb: dict) -> None:
+        """One forward of R rows (the last committed token and R - 1 drafts) at positions ``rb["pos"]``: the
+        target's choice and normed hidden state per row, then the NextN block over the same rows (each row's
+        choice as its next token), keeping its cache complete and leaving each row's draft of the token after."""
+        m, fns = self.model, self.fns
+        h = m.embed(rb["tok"])
+        for b in self.stages[0][1]:
+            h = b(h, rb["pos"], self.dtype, fns)
+        x = fns.norm(h, m.output_norm, self.cfg.eps, self.dtype)
+        rb["next"].copy_(m.head(x).float().argmax(-1))
+        logits, out = m.mtp(rb["next"], x, rb["pos"], m.embed, m.head, self.dtype, fns)
+        rb["draft"].copy_(logits.argmax(-1))
+        rb["out"].copy_(out)
+
+    def _run_mtp_step(self) -> None:
+        """One step of the NextN block on (``mtok``, ``mhid``) at ``mpos``; its draft and output state become
+        the inputs of the next step (a chain of drafts needs no host round trip)."""
+        m, b = self.model, self.mtp_bufs
+        logits, out = m.mtp(b["tok"], b["hid"], b["pos"], m.embed, m.head, self.dtype, self.fns)
+        b["next"].copy_(logits.argmax(-1))
+        b["tok"].copy_(b["next"])
+        b["hid"].copy_(out)
+        b["pos"].add_(1)
+
+    def _mtp_step(self) -> None:
+        if self.mtp_step_graph is not None:
+            self.mtp_step_graph.replay()
+        else:
+            self._run_mtp_step()
+
+    def _mtp_setup(self, R: int) -> dict:
+        """Buffers (and on CUDA graphs) for verifying R rows, once per R; the NextN block's cache and step."""
+        if R in self.rows:
+            return self.rows[R]
+        m, dev = self.model, self.stages[0][0]
+        if m.mtp.block.mixer.k_cache is None:
+            m.mtp.allocate(self.max_len + GEMV_MAX_M, self.dtype, dev)
+            long1 = lambda: torch.zeros(1, dtype=torch.long, device=dev)  # noqa: E731
+            self.mtp_bufs = {"tok": long1(), "pos": long1(), "next": long1(), "chain": torch.zeros(
+                GEMV_MAX_M, dtype=torch.long, device=dev),
+                "hid": torch.zeros(1, self.cfg.hidden, dtype=self.dtype, device=dev)}
+            if self.use_graphs:
+                self.mtp_step_graph = self._graph_of(self._run_mtp_step, dev)
+        mixers = self._deltanet_mixers()
+        if any(x.snap_state is None or x.snap_state.shape[0] < R for x in mixers):
+            for x in mixers:   # the graphs of fewer rows hold the old snapshots: drop them
+                x.allocate_snapshots(R)
+            self.rows.clear()
+        rb = {"tok": torch.zeros(R, dtype=torch.long, device=dev),
+              "pos": torch.arange(R, device=dev), "ar": torch.arange(R, device=dev),
+              "next": torch.zeros(R, dtype=torch.long, device=dev), "draft": torch.zeros(R, dtype=torch.long,
+                                                                                       device=dev),
+              "out": torch.zeros(R, self.cfg.hidden, dtype=self.dtype, device=dev), "graph": None}
+        if self.use_graphs:
+            rb["graph"] = self._graph_of(lambda: self._run_rows(rb), dev)
+        self.rows[R] = rb
+        return rb
+
+    def _mtp_drafts(self, k: int) -> list[int]:
+        """The pending first draft and ``k - 1`` more from the NextN block's chain (for :class:`MTPDrafter`)."""
+        out = [self._first_draft]
+        if k > 1:
+            chain = self.mtp_bufs["chain"]
+            for j in range(k - 1):
+                self._mtp_step()
+                chain[j:j + 1].copy_(self.mtp_bufs["next"])
+            out += chain[:k - 1].tolist()
+        return out
+
+    def _generate_mtp(self, prompt: list[int], max_new_tokens: int, gamma: int) -> GenerateResult:
+        from .mtp import MTPDrafter
+
+        R = gamma + 1
+        rb = self._mtp_setup(R)
+        drafter = MTPDrafter(self)
+        mixers, b = self._deltanet_mixers(), self.mtp_bufs
+        self.reset()
+        self._sync()
+        t0 = time.perf_counter()
+        L = len(prompt)
+        for i, t in enumerate(prompt):
+            self.tok.fill_(t)
+            self._step()
+            if i + 1 < L:   # the NextN block's cache needs every (hidden state, next token) pair of the prompt
+                b["tok"].fill_(prompt[i + 1])
+                b["hid"].copy_(self.hidden)
+                b["pos"].fill_(i)
+                self._mtp_step()
+        b["tok"].copy_(self.next_tok)   # the first new token, then the block's first draft
+        b["hid"].copy_(self.hidden)
+        b["pos"].fill_(L - 1)
+        self._mtp_step()
+        first, self._first_draft = torch.cat([self.next_tok, b["next"]]).tolist()
+        self._sync()
+        t1 = time.perf_counter()
+        tokens, p, hist = [first], L, [0] * R
+        while len(tokens) < max_new_tokens:
+            drafts = drafter.propose([prompt + tokens], gamma)[0]
+            rb["tok"].copy_(torch.tensor([tokens[-1]] + drafts))
+            torch.add(rb["ar"], p, out=rb["pos"])
+            if rb["graph"] is not None:
+                rb["graph"].replay()
+            else:
+                self._run_rows(rb)
+            res = torch.cat([rb["next"], rb["draft"]]).tolist()
+            nxt, nd = res[:R], res[R:]
+            a = 0
+            while a < gamma and drafts[a] == nxt[a]:
+                a += 1
+            tokens += drafts[:a] + [nxt[a]]
+            hist[a] += 1
+            if a < gamma:   # rows after a are rejected: the recurrent state as it was after row a
+                for x in mixers:
+                    x.restore(a)
+            p += a + 1
+            self._first_draft = nd[a]   # next round: the block's draft from row a, its state, position p
+            b["tok"].copy_(rb["draft"][a:a + 1])
+            b["hid"].copy_(rb["out"][a:a + 1])
+            b["pos"].fill_(p)
+        self._sync()
+        t2 = time.perf_counter()
+        rounds = sum(hist)
+        stats = {"gamma": gamma, "rounds": rounds, "accepted_histogram": hist,
+                 "tokens_per_step": (len(tokens) - 1) / rounds if rounds else float("nan"),
+                 "acceptance_rate": sum(i * n for i, n in enumerate(hist)) / (gamma * rounds) if rounds else
+                 float("nan")}
+        return GenerateResult(tokens=tokens[:max_new_tokens], prefill_s=t1 - t0, decode_s=t2 - t1,
+                              cuda_graphs=self.graphs is not None and rb["graph"] is not None, mtp=stats,
+                              info={"graph_error": self.graph_error, "compiled": self.fns.compiled,
+                                    "compile_error": self.compile_error, "stages": [str(d) for d, _ in self.stages],
+                                    "max_len": self.max_len, "dtype": str(self.dtype)})
 
     # ------------------------------------------------------------------ generation
 
@@ -252,9 +411,26 @@ class Qwen35Engine:
     @torch.no_grad()
     def generate(self, prompt, max_new_tokens: int, *, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                 return_logits: bool = False) -> GenerateResult:
-        """Prefill ``prompt`` (token ids) step by step, then decode ``max_new_tokens`` tokens."""
+                 return_logits: bool = False, mtp: int | None = None) -> GenerateResult:
+        """Prefill ``prompt`` (token ids) step by step, then decode ``max_new_tokens`` tokens. ``mtp``: draft
+        that many tokens per round with the NextN block and verify them (greedy, one stage; see the module
+        docstring); ``result.mtp`` holds the rounds, tokens per step and the accepted-count histogram."""
         prompt = self._check_prompt(prompt, max_new_tokens)
+        if mtp is not None:
+            if isinstance(mtp, bool) or not isinstance(mtp, int) or not 1 <= mtp < GEMV_MAX_M:
+                raise ValueError(f"mtp must be an int in [1, {GEMV_MAX_M - 1}] (tokens drafted per round), "
+                                 f"got {mtp!r}")
+            if self.model.mtp is None:
+                raise ValueError("mtp: the model has no NextN/MTP block (the GGUF's nextn_predict_layers is 0, "
+                                 "or it was loaded with mtp=False)")
+            if do_sample or return_logits:
+                raise ValueError("mtp drafts are verified greedily: do_sample and return_logits are not "
+                                 "supported with mtp")
+            if len(self.stages) > 1:
+                raise ValueError(f"mtp runs on one stage; this engine has {len(self.stages)}")
+            if not self._ready:
+                self._prepare()
+            return self._generate_mtp(prompt, max_new_tokens, mtp)
         if do_sample:
             if not temperature > 0:
                 raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")

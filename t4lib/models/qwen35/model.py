@@ -249,14 +249,15 @@ def attention_inputs(qg, k, v, q_norm, k_norm, cos_t, sin_t, pos, eps: float, ca
 
 
 def attend(q, gate, k_cache, v_cache, pos, dtype: torch.dtype) -> torch.Tensor:
-    """Softmax attention of q [B, heads, D] over the cache up to ``pos`` (grouped KV heads), times the sigmoid
-    output gate: the input of the output projection, in ``dtype``."""
-    B, H, D = q.shape
+    """Softmax attention of q [R, heads, D], R rows of one sequence at positions ``pos`` [R], over the cache
+    [1, kv_heads, T, D] up to each row's position (grouped KV heads), times the sigmoid output gate: the input
+    of the output projection, in ``dtype``."""
+    R, H, D = q.shape
     G, T = k_cache.shape[1], k_cache.shape[2]
-    scores = torch.einsum("bgrd,bgtd->bgrt", q.view(B, G, H // G, D), k_cache.float()) / math.sqrt(D)
-    future = torch.arange(T, device=q.device) > pos   # keys not written yet
+    scores = torch.einsum("bgrd,gtd->bgrt", q.view(R, G, H // G, D), k_cache[0].float()) / math.sqrt(D)
+    future = torch.arange(T, device=q.device) > pos.view(R, 1, 1, 1)   # keys after the row's own position
     p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
-    o = torch.einsum("bgrt,bgtd->bgrd", p, v_cache.float()).reshape(B, H * D)
+    o = torch.einsum("bgrt,gtd->bgrd", p, v_cache[0].float()).reshape(R, H * D)
     return (o * torch.sigmoid(gate)).to(dtype)
 
 
@@ -277,7 +278,8 @@ EAGER = StepFunctions(compiled=False)
 
 
 class AttentionMixer:
-    """Gated full attention with a preallocated KV cache [B, kv_heads, max_len, head_dim]."""
+    """Gated full attention with a preallocated KV cache [1, kv_heads, max_len, head_dim]. A call takes R rows
+    of one sequence (R = 1: a decode step; R > 1: consecutive positions, e.g. a draft being verified)."""
     kind = "attention"
 
     def __init__(self, cfg: Qwen35Config, q: Linear, k: Linear, v: Linear, o: Linear, q_norm, k_norm):
@@ -299,17 +301,24 @@ class AttentionMixer:
         self.v_cache.zero_()
 
     def __call__(self, x: torch.Tensor, pos: torch.Tensor, fns: "StepFunctions | None" = None) -> torch.Tensor:
-        """x [B, hidden] (normed, compute dtype), pos [1] long on x's device (the token's position)."""
+        """x [R, hidden] (normed, compute dtype), pos [R] long on x's device (the rows' positions)."""
         fns = fns or EAGER
         q, gate, k, v = fns.attention_inputs(self.q(x), self.k(x), self.v(x), self.q_norm, self.k_norm,
                                              self.cos, self.sin, pos, self.cfg.eps, self.k_cache.dtype)
-        self.k_cache.index_copy_(2, pos, k)   # in place, outside the compiled parts: the cache is never copied
-        self.v_cache.index_copy_(2, pos, v)
+        # in place, outside the compiled parts: the cache is never copied; every row's key is written before
+        # any row attends, so rows see the earlier rows of the same call
+        self.k_cache.index_copy_(2, pos, k.permute(2, 1, 0, 3))
+        self.v_cache.index_copy_(2, pos, v.permute(2, 1, 0, 3))
         return self.o(fns.attend(q, gate, self.k_cache, self.v_cache, pos, x.dtype))
 
 
 class DeltaNetMixer:
-    """Gated DeltaNet layer: projections, then the fused decode step (GGUF head order)."""
+    """Gated DeltaNet layer: projections, then the fused decode step (GGUF head order).
+
+    A call with R > 1 rows (consecutive positions of one sequence) projects all rows in one pass over the
+    weights, then steps the recurrence row by row; with snapshots allocated
+    (:meth:`allocate_snapshots`) the state after each row is kept, so a verifier that accepts only the first
+    ``a + 1`` rows restores the state after row ``a`` (:meth:`restore`) instead of recomputing."""
     kind = "deltanet"
 
     def __init__(self, cfg: Qwen35Config, qkv: Linear, gate: Linear, alpha: Linear, beta: Linear, out: Linear,
@@ -317,6 +326,7 @@ class DeltaNetMixer:
         self.cfg, self.qkv, self.gate, self.alpha, self.beta, self.out = cfg, qkv, gate, alpha, beta, out
         self.conv_w, self.ssm_a, self.dt_bias, self.ssm_norm = conv_w, ssm_a, dt_bias, ssm_norm
         self.state = self.conv_state = None
+        self.snap_state = self.snap_conv = None
         # alpha and beta stored as floats of one dtype (the usual case): one product for both
         self.ab = None
         if alpha.w is not None and beta.w is not None and alpha.w.dtype == beta.w.dtype:
@@ -337,16 +347,41 @@ class DeltaNetMixer:
         self.state.zero_()
         self.conv_state.zero_()
 
+    def allocate_snapshots(self, rows: int) -> None:
+        """Room for the state and conv state after each of up to ``rows`` rows of one call."""
+        self.snap_state = torch.empty((rows,) + tuple(self.state.shape[1:]), dtype=self.state.dtype,
+                                      device=self.state.device)
+        self.snap_conv = torch.empty((rows,) + tuple(self.conv_state.shape[1:]), dtype=self.conv_state.dtype,
+                                     device=self.conv_state.device)
+
+    def restore(self, row: int) -> None:
+        """The state as it was after row ``row`` of the last multi-row call."""
+        self.state[0].copy_(self.snap_state[row])
+        self.conv_state[0].copy_(self.snap_conv[row])
+
+    def _step(self, qkv, z, a, b, dtype):
+        return gated_deltanet_decode(qkv, z, a, b, self.conv_state, self.state, self.conv_w, self.ssm_a,
+                                     self.dt_bias, self.ssm_norm, num_k_heads=self.cfg.ssm_k_heads,
+                                     head_order="gguf", eps=self.cfg.eps, out_dtype=dtype)
+
     def __call__(self, x: torch.Tensor, pos: torch.Tensor, fns: "StepFunctions | None" = None) -> torch.Tensor:
         if self.ab is not None:
             a, b = (fns or EAGER).float_proj_split(x, self.ab.w, self.n_heads)
         else:
             a, b = self.alpha(x), self.beta(x)
-        o = gated_deltanet_decode(self.qkv(x), self.gate(x), a, b, self.conv_state,
-                                  self.state, self.conv_w, self.ssm_a, self.dt_bias, self.ssm_norm,
-                                  num_k_heads=self.cfg.ssm_k_heads, head_order="gguf", eps=self.cfg.eps,
-                                  out_dtype=x.dtype)
-        return self.out(o)
+        qkv, z = self.qkv(x), self.gate(x)
+        R = x.shape[0]
+        if R == 1:
+            return self.out(self._step(qkv, z, a, b, x.dtype))
+        if self.snap_state is not None and R > self.snap_state.shape[0]:
+            raise ValueError(f"{R} rows but snapshots for {self.snap_state.shape[0]}")
+        outs = []
+        for i in range(R):   # the recurrence is sequential in the position
+            outs.append(self._step(qkv[i:i + 1], z[i:i + 1], a[i:i + 1], b[i:i + 1], x.dtype))
+            if self.snap_state is not None:
+                self.snap_state[i].copy_(self.state[0])
+                self.snap_conv[i].copy_(self.conv_state[0])
+        return self.out(torch.cat(outs))
 
 
 class Block:
@@ -372,12 +407,18 @@ class Block:
         return fns.add(h, self.ffn_down(fns.swiglu(self.ffn_gate(x), self.ffn_up(x), dtype)))
 
 
+NEXTN_TENSORS = ("nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight", "nextn.shared_head_norm.weight")
+
+
 def layer_tensor_names(cfg: Qwen35Config, i: int) -> list[str]:
-    """The tensors main layer ``i`` needs (GGUF names)."""
+    """The tensors layer ``i`` needs (GGUF names); ``i == cfg.n_layers``: the NextN (MTP) block, a full-attention
+    layer plus :data:`NEXTN_TENSORS`."""
     p = f"blk.{i}."
     common = ["attn_norm.weight", "post_attention_norm.weight", "ffn_gate.weight", "ffn_up.weight",
               "ffn_down.weight"]
-    if cfg.layer_types[i] == "attention":
+    if i == cfg.n_layers:
+        common += list(NEXTN_TENSORS)
+    if i == cfg.n_layers or cfg.layer_types[i] == "attention":
         own = ["attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_q_norm.weight",
                "attn_k_norm.weight"]
     else:
@@ -396,16 +437,18 @@ class Qwen35Model:
     """Weights of a qwen35 GGUF on one or more devices (see the module docstring).
 
     ``devices``: one device per main layer (from :func:`t4lib.models.qwen35.split.plan_stages`
-    for a split); the embedding lives with layer 0, the final norm and head with the last layer."""
+    for a split); the embedding lives with layer 0, the final norm and head with the last layer.
+    ``mtp``: the file's NextN block as an :class:`~.mtp.MTPHead` (on the last layer's device), or None when
+    the file has none or ``from_gguf(mtp=False)``."""
 
     def __init__(self, cfg: Qwen35Config, embed: Embedding, blocks: list[Block], output_norm, head: Linear,
-                 devices: list, path: Path | None = None):
+                 devices: list, path: Path | None = None, mtp=None):
         self.cfg, self.embed, self.blocks, self.output_norm, self.head = cfg, embed, blocks, output_norm, head
-        self.devices, self.path = devices, path
+        self.devices, self.path, self.mtp = devices, path, mtp
 
     @classmethod
     def from_gguf(cls, path_or_file, device="cpu", devices: list | None = None,
-                  activations: str = "fp16") -> "Qwen35Model":
+                  activations: str = "fp16", mtp: bool = True) -> "Qwen35Model":
         if activations not in ("fp16", "int8"):
             raise ValueError(f"activations must be 'fp16' or 'int8', got {activations!r}")
         f = path_or_file if isinstance(path_or_file, GGUFFile) else GGUFFile(path_or_file)
@@ -413,10 +456,12 @@ class Qwen35Model:
         devices = [torch.device(d) for d in (devices or [device] * cfg.n_layers)]
         if len(devices) != cfg.n_layers:
             raise ValueError(f"devices must list one device per main layer ({cfg.n_layers}), got {len(devices)}")
-        for i in range(cfg.n_layers):
+        with_mtp = bool(mtp) and cfg.n_nextn > 0
+        for i in range(cfg.n_layers + with_mtp):
             for n in layer_tensor_names(cfg, i):
                 if n not in f.tensors:
-                    raise GGUFError(f"{f.path}: missing tensor {n!r} (layer {i}, {cfg.layer_types[i]})")
+                    kind = "NextN/MTP" if i == cfg.n_layers else cfg.layer_types[i]
+                    raise GGUFError(f"{f.path}: missing tensor {n!r} (layer {i}, {kind})")
         for n in ("output_norm.weight",):
             if n not in f.tensors:
                 raise GGUFError(f"{f.path}: missing tensor {n!r}")
@@ -448,10 +493,10 @@ class Qwen35Model:
             return f.dequantize(n, device=dev).float().contiguous()
 
         c = cfg
-        blocks = []
-        for i in range(c.n_layers):
-            p, dev = f"blk.{i}.", devices[i]
-            if c.layer_types[i] == "attention":
+
+        def block(i, dev):
+            p = f"blk.{i}."
+            if i == c.n_layers or c.layer_types[i] == "attention":
                 qd, kd = c.attn_heads * c.head_dim, c.attn_kv_heads * c.head_dim
                 mixer = AttentionMixer(c, lin(p + "attn_q.weight", dev, (2 * qd, c.hidden)),
                                        lin(p + "attn_k.weight", dev, (kd, c.hidden)),
@@ -469,17 +514,28 @@ class Qwen35Model:
                                       vec(p + "ssm_conv1d.weight", dev, (c.conv_dim, CONV_TAPS)),
                                       vec(p + "ssm_a", dev, (H,)), vec(p + "ssm_dt.bias", dev, (H,)),
                                       vec(p + "ssm_norm.weight", dev, (c.ssm_v_dim,)))
-            blocks.append(Block(i, vec(p + "attn_norm.weight", dev, (c.hidden,)), mixer,
-                                vec(p + "post_attention_norm.weight", dev, (c.hidden,)),
-                                lin(p + "ffn_gate.weight", dev, (c.ffn, c.hidden)),
-                                lin(p + "ffn_up.weight", dev, (c.ffn, c.hidden)),
-                                lin(p + "ffn_down.weight", dev, (c.hidden, c.ffn)), c.eps))
+            return Block(i, vec(p + "attn_norm.weight", dev, (c.hidden,)), mixer,
+                         vec(p + "post_attention_norm.weight", dev, (c.hidden,)),
+                         lin(p + "ffn_gate.weight", dev, (c.ffn, c.hidden)),
+                         lin(p + "ffn_up.weight", dev, (c.ffn, c.hidden)),
+                         lin(p + "ffn_down.weight", dev, (c.hidden, c.ffn)), c.eps)
+
+        blocks = [block(i, devices[i]) for i in range(c.n_layers)]
         t = supported("token_embd.weight")
         embed = Embedding(data("token_embd.weight", devices[0]), t.type_id, c.vocab, c.hidden)
         last = devices[-1]
         head_name = "token_embd.weight" if c.tied else "output.weight"
         head = lin(head_name, last, (c.vocab, c.hidden))
-        return cls(cfg, embed, blocks, vec("output_norm.weight", last, (c.hidden,)), head, devices, f.path)
+        head_block = None
+        if with_mtp:
+            from .mtp import MTPHead
+            p = f"blk.{c.n_layers}."
+            head_block = MTPHead(c, lin(p + "nextn.eh_proj.weight", last, (c.hidden, 2 * c.hidden)),
+                                 vec(p + "nextn.enorm.weight", last, (c.hidden,)),
+                                 vec(p + "nextn.hnorm.weight", last, (c.hidden,)), block(c.n_layers, last),
+                                 vec(p + "nextn.shared_head_norm.weight", last, (c.hidden,)))
+        return cls(cfg, embed, blocks, vec("output_norm.weight", last, (c.hidden,)), head, devices, f.path,
+                   mtp=head_block)
 
     def weight_bytes(self) -> int:
         """Bytes of every weight the decode step reads (embedding: the whole table is held, one row read)."""

@@ -1,0 +1,141 @@
+"""qwen35 MTP drafts (CPU): the NextN block against its transformers-layer oracle, the multi-row verify
+forward against transformers, greedy tokens identical with and without drafts (also when drafts are
+mostly right, so rejected rows really are rolled back), and bad input."""
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+gguf = pytest.importorskip("gguf")
+if not hasattr(transformers, "Qwen3_5ForCausalLM"):
+    pytest.skip("installed transformers has no Qwen3_5ForCausalLM", allow_module_level=True)
+
+from t4lib.models.qwen35 import Qwen35Engine, Qwen35Model  # noqa: E402
+from t4lib.models.qwen35.convert import gguf_to_hf_state_dict, hf_to_gguf  # noqa: E402
+from t4lib.models.qwen35.mtp_reference import Qwen35MTP  # noqa: E402
+from t4lib.models.qwen35.oracle import PROMPT, random_hf, rel_err, tiny_config  # noqa: E402
+from t4lib.quant.gguf import GGUFError, write_tiny_qwen35  # noqa: E402
+
+NEW = 40
+TOL_F32 = 1e-5   # fp32 engine against transformers fp32 (measured ~1e-6)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _threads():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def random_mtp(cfg, seed=0):
+    """A Qwen35MTP with every parameter random (norms too, so the converter's +1 shows)."""
+    torch.manual_seed(seed)
+    mtp = Qwen35MTP(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        for n, p in mtp.named_parameters():
+            p.copy_((0.1 if "norm" in n else 0.06) * torch.randn(p.shape, generator=g))
+    return mtp
+
+
+@pytest.fixture(scope="module")
+def case(tmp_path_factory):
+    cfg = tiny_config()
+    m, mtp = random_hf(cfg), random_mtp(cfg)
+    sd = dict(m.state_dict())
+    sd.update(mtp.state_dict_with_prefix())
+    path = hf_to_gguf(sd, cfg, tmp_path_factory.mktemp("mtp") / "f32.gguf")
+    return cfg, m, mtp, sd, path
+
+
+def test_converter_writes_and_reads_back_the_mtp_block(case):
+    cfg, _, _, sd, path = case
+    back = gguf_to_hf_state_dict(path, cfg, mtp=True)
+    assert set(sd) <= set(back)
+    for k, v in sd.items():   # exact but for the norms' +1 and -1 in fp32
+        torch.testing.assert_close(back[k], v.float(), rtol=0, atol=1e-7, msg=k)
+    assert not any(k.startswith("mtp.") for k in gguf_to_hf_state_dict(path, cfg))
+
+
+def test_rows_forward_and_nextn_block_match_transformers(case):
+    """The prompt as one multi-row forward (the verify path) against transformers' prefill, and the NextN
+    block over those rows against Qwen35MTP."""
+    cfg, m, mtp, _, path = case
+    model = Qwen35Model.from_gguf(path)
+    eng = Qwen35Engine(model, max_len=32, dtype=torch.float32, cuda_graph=False)
+    ids = torch.tensor(PROMPT)
+    pos = torch.arange(len(PROMPT))
+    h = model.embed(ids)
+    for b in model.blocks:
+        h = b(h, pos, torch.float32)
+    x = eng.fns.norm(h, model.output_norm, cfg.rms_norm_eps, torch.float32)
+    with torch.no_grad():
+        out = m.model(ids[None])
+        ref_logits = m.lm_head(out.last_hidden_state)[0]
+        ref_mtp = m.lm_head(mtp(ids[None, 1:], out.last_hidden_state[:, :-1], m.model.embed_tokens,
+                                m.model.rotary_emb, pos[None, :-1]))[0]
+    assert rel_err(model.head(x), ref_logits) < TOL_F32
+    model.mtp.allocate(32, torch.float32, "cpu")
+    logits, _ = model.mtp(ids[1:], x[:-1], pos[:-1], model.embed, model.head, torch.float32)
+    assert rel_err(logits, ref_mtp) < TOL_F32
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])
+def test_mtp_greedy_tokens_identical_on_the_synthetic_file(tmp_path, dtype):
+    path = write_tiny_qwen35(tmp_path / "t.gguf")   # every GGUF format, NextN block included
+    eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=64, dtype=dtype)
+    prompt = [t % 64 for t in PROMPT]   # the synthetic file's vocabulary is 64
+    plain = eng.generate(prompt, NEW).tokens
+    for gamma in (1, 3):
+        r = eng.generate(prompt, NEW, mtp=gamma)
+        assert r.tokens == plain, gamma
+        assert len(r.tokens) == NEW and sum(r.mtp["accepted_histogram"]) == r.mtp["rounds"]
+
+
+def test_rejections_roll_back_the_recurrent_state(case, monkeypatch):
+    """Drafts taken from the plain greedy output with every third round's draft corrupted: rows after a
+    rejection must be undone (DeltaNet snapshots, attention positions overwritten), or the tokens drift."""
+    from t4lib.models.qwen35.mtp import MTPDrafter
+
+    _, _, _, _, path = case
+    eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=96, dtype=torch.float32)
+    plain = eng.generate(PROMPT, NEW).tokens
+    calls = [0]
+
+    def oracle_drafts(self, contexts, k):
+        done = len(contexts[0]) - len(PROMPT)   # tokens generated so far
+        d = (plain[done:done + k] + [0] * k)[:k]
+        calls[0] += 1
+        if calls[0] % 3 == 0:
+            d[k // 2] = (d[k // 2] + 1) % 96
+        return [d]
+
+    monkeypatch.setattr(MTPDrafter, "propose", oracle_drafts)
+    for gamma in (1, 2, 4):
+        r = eng.generate(PROMPT, NEW, mtp=gamma)
+        assert r.tokens == plain, gamma
+        hist = r.mtp["accepted_histogram"]
+        assert r.mtp["tokens_per_step"] > 1.3 and hist[gamma] > 0 and sum(hist[:gamma]) > 0, r.mtp
+
+
+def test_mtp_bad_input(case, tmp_path):
+    cfg, m, mtp, sd, path = case
+    eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=32, dtype=torch.float32)
+    for bad in (0, 8, True, 1.5):
+        with pytest.raises(ValueError, match="mtp must be an int"):
+            eng.generate(PROMPT, 4, mtp=bad)
+    with pytest.raises(ValueError, match="do_sample"):
+        eng.generate(PROMPT, 4, mtp=1, do_sample=True)
+    no_mtp = Qwen35Engine(Qwen35Model.from_gguf(path, mtp=False), max_len=32, dtype=torch.float32)
+    with pytest.raises(ValueError, match="no NextN/MTP block"):
+        no_mtp.generate(PROMPT, 4, mtp=1)
+    two = Qwen35Engine.from_gguf(path, devices=["cpu", "cpu"], capacities=[10 ** 9, 10 ** 9], max_len=32,
+                                 dtype=torch.float32)
+    if len(two.stages) > 1:
+        with pytest.raises(ValueError, match="one stage"):
+            two.generate(PROMPT, 4, mtp=1)
+    partial = {k: v for k, v in sd.items() if k != "mtp.pre_fc_norm_hidden.weight"}
+    p2 = hf_to_gguf(partial, cfg, tmp_path / "partial.gguf")
+    with pytest.raises(GGUFError, match="nextn.hnorm"):
+        Qwen35Model.from_gguf(p2)
+    assert Qwen35Model.from_gguf(p2, mtp=False).mtp is None
