@@ -11,8 +11,7 @@ if not hasattr(transformers, "Qwen3_5ForCausalLM"):
 
 from t4lib.models.qwen35 import Qwen35Engine, Qwen35Model  # noqa: E402
 from t4lib.models.qwen35.convert import gguf_to_hf_state_dict, hf_to_gguf  # noqa: E402
-from t4lib.models.qwen35.mtp_reference import Qwen35MTP  # noqa: E402
-from t4lib.models.qwen35.oracle import PROMPT, random_hf, rel_err, tiny_config  # noqa: E402
+from t4lib.models.qwen35.oracle import PROMPT, check_mtp, random_hf, random_mtp, rel_err, tiny_config  # noqa: E402
 from t4lib.quant.gguf import GGUFError, write_tiny_qwen35  # noqa: E402
 
 NEW = 40
@@ -25,17 +24,6 @@ def _threads():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def random_mtp(cfg, seed=0):
-    """A Qwen35MTP with every parameter random (norms too, so the converter's +1 shows)."""
-    torch.manual_seed(seed)
-    mtp = Qwen35MTP(cfg).eval()
-    g = torch.Generator().manual_seed(seed + 7)
-    with torch.no_grad():
-        for n, p in mtp.named_parameters():
-            p.copy_((0.1 if "norm" in n else 0.06) * torch.randn(p.shape, generator=g))
-    return mtp
 
 
 @pytest.fixture(scope="module")
@@ -57,27 +45,12 @@ def test_converter_writes_and_reads_back_the_mtp_block(case):
     assert not any(k.startswith("mtp.") for k in gguf_to_hf_state_dict(path, cfg))
 
 
-def test_rows_forward_and_nextn_block_match_transformers(case):
-    """The prompt as one multi-row forward (the verify path) against transformers' prefill, and the NextN
-    block over those rows against Qwen35MTP."""
-    cfg, m, mtp, _, path = case
-    model = Qwen35Model.from_gguf(path)
-    eng = Qwen35Engine(model, max_len=32, dtype=torch.float32, cuda_graph=False)
-    ids = torch.tensor(PROMPT)
-    pos = torch.arange(len(PROMPT))
-    h = model.embed(ids)
-    for b in model.blocks:
-        h = b(h, pos, torch.float32)
-    x = eng.fns.norm(h, model.output_norm, cfg.rms_norm_eps, torch.float32)
-    with torch.no_grad():
-        out = m.model(ids[None])
-        ref_logits = m.lm_head(out.last_hidden_state)[0]
-        ref_mtp = m.lm_head(mtp(ids[None, 1:], out.last_hidden_state[:, :-1], m.model.embed_tokens,
-                                m.model.rotary_emb, pos[None, :-1]))[0]
-    assert rel_err(model.head(x), ref_logits) < TOL_F32
-    model.mtp.allocate(32, torch.float32, "cpu")
-    logits, _ = model.mtp(ids[1:], x[:-1], pos[:-1], model.embed, model.head, torch.float32)
-    assert rel_err(logits, ref_mtp) < TOL_F32
+def test_rows_forward_and_nextn_block_match_transformers():
+    """The prompt as one multi-row forward (the verify path) against transformers' prefill, the NextN block over
+    those rows against Qwen35MTP, and greedy tokens with drafts against plain greedy (oracle.check_mtp)."""
+    r = check_mtp(new=24)
+    assert r["rows_rel_err"] < TOL_F32 and r["nextn_rel_err"] < TOL_F32, r
+    assert all(r["identical"].values()), r
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=["fp32", "fp16"])

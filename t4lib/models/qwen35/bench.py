@@ -87,8 +87,9 @@ def random_raw(type_name: str, N: int, K: int, gen: torch.Generator, device) -> 
 
 
 def random_model(cfg: Qwen35Config, mix=mix_27b, device="cuda", seed: int = 0,
-                 activations: str = "fp16") -> Qwen35Model:
-    """A :class:`Qwen35Model` of shape ``cfg`` with random weights in ``mix(kind, layer)`` types."""
+                 activations: str = "fp16", mtp: bool = False) -> Qwen35Model:
+    """A :class:`Qwen35Model` of shape ``cfg`` with random weights in ``mix(kind, layer)`` types; ``mtp``: with a
+    NextN block (a full-attention layer in the last layer's types, ``eh_proj`` Q8_0)."""
     dev = torch.device(device)
     gen = torch.Generator(device=dev).manual_seed(seed)
     c = cfg
@@ -102,9 +103,9 @@ def random_model(cfg: Qwen35Config, mix=mix_27b, device="cuda", seed: int = 0,
         return Linear(kind, random_raw(tname, N, K, gen, dev), TYPE_OF[tname], N, K, activations)
 
     ones = lambda n: torch.ones(n, device=dev)  # noqa: E731
-    blocks = []
-    for i in range(c.n_layers):
-        if c.layer_types[i] == "attention":
+
+    def block(i, kind):
+        if kind == "attention":
             qd, kd = c.attn_heads * c.head_dim, c.attn_kv_heads * c.head_dim
             mixer = AttentionMixer(c, lin("attn_q", i, 2 * qd, c.hidden), lin("attn_k", i, kd, c.hidden),
                                    lin("attn_v", i, kd, c.hidden), lin("attn_output", i, c.hidden, qd),
@@ -116,12 +117,21 @@ def random_model(cfg: Qwen35Config, mix=mix_27b, device="cuda", seed: int = 0,
                                   lin("ssm_alpha", i, H, c.hidden), lin("ssm_beta", i, H, c.hidden),
                                   lin("ssm_out", i, c.hidden, vd), p["conv_w"].contiguous(), p["ssm_a"],
                                   p["dt_bias"], p["ssm_norm"])
-        blocks.append(Block(i, ones(c.hidden), mixer, ones(c.hidden), lin("ffn_gate", i, c.ffn, c.hidden),
-                            lin("ffn_up", i, c.ffn, c.hidden), lin("ffn_down", i, c.hidden, c.ffn), c.eps))
+        li = min(i, c.n_layers - 1)   # the NextN block takes the last layer's types
+        return Block(i, ones(c.hidden), mixer, ones(c.hidden), lin("ffn_gate", li, c.ffn, c.hidden),
+                     lin("ffn_up", li, c.ffn, c.hidden), lin("ffn_down", li, c.hidden, c.ffn), c.eps)
+
+    blocks = [block(i, c.layer_types[i]) for i in range(c.n_layers)]
     et = mix("token_embd", 0, c.n_layers)
     embed = Embedding(random_raw(et, c.vocab, c.hidden, gen, dev), TYPE_OF[et], c.vocab, c.hidden)
     head = lin("output", -1, c.vocab, c.hidden)
-    return Qwen35Model(c, embed, blocks, ones(c.hidden), head, [dev] * c.n_layers)
+    head_block = None
+    if mtp:
+        from .mtp import MTPHead
+        eh = Linear("nextn.eh_proj", random_raw("Q8_0", c.hidden, 2 * c.hidden, gen, dev), TYPE_OF["Q8_0"],
+                    c.hidden, 2 * c.hidden, activations)
+        head_block = MTPHead(c, eh, ones(c.hidden), ones(c.hidden), block(c.n_layers, "attention"), ones(c.hidden))
+    return Qwen35Model(c, embed, blocks, ones(c.hidden), head, [dev] * c.n_layers, mtp=head_block)
 
 
 def step_bytes(model: Qwen35Model, position: int) -> dict:
@@ -251,11 +261,12 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
     CUDA graphs against eager, both with the compiled step functions (same tokens, logits within 1e-3 of
     max |logit|), compiled against uncompiled (same bound), two stages on
     one GPU against one stage (same tokens), the fp16 GEMV path against the fp32 yardstick
-    (dequantized weights, logits within 2e-2)."""
+    (dequantized weights, logits within 2e-2), and MTP drafts (``mtp=1..3``, graph-captured verify of
+    several rows) against plain greedy (same tokens)."""
     from .split import StagePlan
 
     cfg = config_27b(n_layers)
-    model = random_model(cfg, seed=1)
+    model = random_model(cfg, seed=1, mtp=True)
     prompt = list(range(1, 9))
     out = {}
 
@@ -284,7 +295,14 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
                                 "graphs": two.cuda_graphs}
     out["fp16_vs_fp32_yardstick"] = {"rel_err": rel(g.logits, y.logits),
                                      "same_tokens_fraction": sum(a == b for a, b in zip(g.tokens, y.tokens)) / new}
-    out["passed"] = bool(out["graph_vs_eager"]["same_tokens"] and out["graph_vs_eager"]["rel_err"] < 1e-3
+    eng = Qwen35Engine(model, max_len=len(prompt) + new + 8)
+    plain = eng.generate(prompt, new).tokens
+    mtp = {g: eng.generate(prompt, new, mtp=g) for g in (1, 2, 3)}
+    out["mtp_vs_plain"] = {"same_tokens": all(r.tokens == plain for r in mtp.values()),
+                           "graphs": all(r.cuda_graphs for r in mtp.values()),
+                           "accepted_histograms": {g: r.mtp["accepted_histogram"] for g, r in mtp.items()}}
+    del eng
+    out["passed"] = bool(out["mtp_vs_plain"]["same_tokens"] and out["graph_vs_eager"]["same_tokens"] and out["graph_vs_eager"]["rel_err"] < 1e-3
                          and out["compiled_vs_uncompiled"]["rel_err"] < 1e-3 and out["two_stages_vs_one"]["same_tokens"] and out["fp16_vs_fp32_yardstick"]["rel_err"] < 2e-2)
     del model
     torch.cuda.empty_cache()

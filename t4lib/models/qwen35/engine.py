@@ -128,6 +128,7 @@ class Qwen35Engine:
         # the normed final hidden state (what the head reads): the MTP block's input
         self.hidden = torch.zeros(1, self.cfg.hidden, dtype=dtype, device=devs[-1]) if model.mtp else None
         self.rows: dict[int, dict] = {}   # verify buffers and graphs per row count (generate(mtp=...))
+        self.mtp_bufs: dict | None = None
         self.mtp_step_graph = None
         self.use_graphs = bool(cuda_graph) and all(d.type == "cuda" for d in devs)
         self.graphs = None
@@ -287,7 +288,7 @@ class Qwen35Engine:
         if R in self.rows:
             return self.rows[R]
         m, dev = self.model, self.stages[0][0]
-        if m.mtp.block.mixer.k_cache is None:
+        if self.mtp_bufs is None:   # the block's cache at this engine's length (a cache of another is replaced)
             m.mtp.allocate(self.max_len + GEMV_MAX_M, self.dtype, dev)
             long1 = lambda: torch.zeros(1, dtype=torch.long, device=dev)  # noqa: E731
             self.mtp_bufs = {"tok": long1(), "pos": long1(), "next": long1(), "chain": torch.zeros(

@@ -267,8 +267,16 @@ class StepFunctions:
 
     NAMES = ("norm", "add_norm", "add", "swiglu", "float_proj_split", "attention_inputs", "attend")
 
+    # shapes one process may meet: decode (1 row), verify rows of several draft lengths, the NextN block, a
+    # second model; past dynamo's default limit a function would silently run uncompiled
+    RECOMPILE_LIMIT = 64
+
     def __init__(self, compiled: bool = False):
         self.compiled = bool(compiled)
+        if compiled:
+            import torch._dynamo.config as dynamo
+            key = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
+            setattr(dynamo, key, max(getattr(dynamo, key), self.RECOMPILE_LIMIT))
         fns = (norm_to, add_norm, residual_add, swiglu, float_proj_split, attention_inputs, attend)
         for name, fn in zip(self.NAMES, fns):
             setattr(self, name, torch.compile(fn, dynamic=False, fullgraph=True) if compiled else fn)

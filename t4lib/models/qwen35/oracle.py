@@ -15,8 +15,8 @@ import torch
 
 from .convert import gguf_to_hf_state_dict, hf_to_gguf, hf_to_gguf_tensors, kind_of, random_blocks_for
 
-__all__ = ["tiny_config", "random_hf", "hf_run", "quantized_gguf", "rel_err", "check", "BLOCK_TYPES",
-           "GGUFPY_TYPES"]
+__all__ = ["tiny_config", "random_hf", "random_mtp", "hf_run", "quantized_gguf", "rel_err", "check", "check_mtp",
+           "BLOCK_TYPES", "GGUFPY_TYPES"]
 
 SOURCE = "t4lib.models.qwen35.oracle"
 PROMPT = [5, 17, 90, 3, 42, 64, 7, 81]
@@ -66,6 +66,19 @@ def random_hf(cfg, seed: int = 0):
             else:
                 p.copy_(0.06 * r)
     return m
+
+
+def random_mtp(cfg, seed: int = 0):
+    """A :class:`~.mtp_reference.Qwen35MTP` with every parameter random (norms too, so the converter's +1 shows)."""
+    from .mtp_reference import Qwen35MTP
+
+    torch.manual_seed(seed)
+    mtp = Qwen35MTP(cfg).eval()
+    g = torch.Generator().manual_seed(seed + 7)
+    with torch.no_grad():
+        for n, p in mtp.named_parameters():
+            p.copy_((0.1 if "norm" in n else 0.06) * torch.randn(p.shape, generator=g))
+    return mtp
 
 
 def hf_run(m, prompt=PROMPT, new: int = 64):
@@ -139,3 +152,35 @@ def check(out_dir: str | Path | None = None, new: int = 64) -> dict:
                                    SOURCE, note="the smallest of the four greedy_identical_fraction figures above"))
         results.write(Path(out_dir) / "qwen35_engine_oracle.json", figs, checks=rows)
     return rows
+
+
+def check_mtp(new: int = 48, gammas=(1, 2, 3)) -> dict:
+    """The NextN block against its transformers-layer oracle on a random tiny model with F32 weights: the
+    prompt run as one multi-row forward (the verify path) against transformers' prefill logits, the block's
+    logits over those rows against :class:`~.mtp_reference.Qwen35MTP`, and greedy tokens with ``mtp=gamma``
+    against plain greedy (fp32 engine, CPU)."""
+    from .engine import Qwen35Engine
+    from .model import Qwen35Model
+
+    cfg = tiny_config()
+    m, mtp = random_hf(cfg), random_mtp(cfg)
+    sd = dict(m.state_dict())
+    sd.update(mtp.state_dict_with_prefix())
+    path = hf_to_gguf(sd, cfg, Path(tempfile.mkdtemp()) / "mtp.gguf")
+    model = Qwen35Model.from_gguf(path)
+    eng = Qwen35Engine(model, max_len=len(PROMPT) + new + 8, dtype=torch.float32, cuda_graph=False)
+    ids, pos = torch.tensor(PROMPT), torch.arange(len(PROMPT))
+    h = model.embed(ids)
+    for b in model.blocks:
+        h = b(h, pos, torch.float32)
+    x = eng.fns.norm(h, model.output_norm, cfg.rms_norm_eps, torch.float32)
+    with torch.no_grad():
+        out = m.model(ids[None])
+        ref = m.lm_head(out.last_hidden_state)[0]
+        ref_mtp = m.lm_head(mtp(ids[None, 1:], out.last_hidden_state[:, :-1], m.model.embed_tokens,
+                                m.model.rotary_emb, pos[None, :-1]))[0]
+    model.mtp.allocate(len(PROMPT), torch.float32, "cpu")
+    logits, _ = model.mtp(ids[1:], x[:-1], pos[:-1], model.embed, model.head, torch.float32)
+    plain = eng.generate(PROMPT, new).tokens
+    return {"rows_rel_err": rel_err(model.head(x), ref), "nextn_rel_err": rel_err(logits, ref_mtp),
+            "identical": {g: eng.generate(PROMPT, new, mtp=g).tokens == plain for g in gammas}, "tokens": new}

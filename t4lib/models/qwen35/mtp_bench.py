@@ -1,0 +1,208 @@
+"""MTP drafts of the qwen35 engine: what they accept and what they buy.
+
+Two measurements, because random weights accept nothing and a small model says little about a 27B step:
+
+- **Copy model** (``data/models/qwen35-copy/model.gguf``, a 4-layer qwen35 with its NextN block trained on
+  the project's copy/edit tasks, :mod:`.copy_model`): on held-out copy prompts, greedy decoding with and
+  without ``mtp=gamma``: identical tokens, tokens per verify step, the accepted-count histogram, and
+  tokens/s both ways in the same process.
+- **27B shape** (random weights, :func:`.bench.random_model` with a NextN block): the wall time of one
+  round with ``gamma`` drafts (nothing is accepted, so every round commits one token) against a plain
+  decode step. With the copy model's tokens per step this projects the gain at 27B (ESTIMATED: the
+  acceptance of a small model trained on copying, carried over to another model).
+
+``python -m t4lib.models.qwen35.mtp_bench --out results/<device-slug>`` writes ``qwen35_mtp.json``;
+``--profile cpu`` runs the copy model on the CPU on a few prompts (exactness and tokens per step only).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+import torch
+
+from ... import hw, results
+from ..corpus import copy_doc, data_dir, load_jsonl
+from .engine import Qwen35Engine
+
+SOURCE = "t4lib.models.qwen35.mtp_bench"
+GAMMAS = (1, 2, 3)
+
+
+def copy_model_path() -> Path:
+    return data_dir() / "models" / "qwen35-copy" / "model.gguf"
+
+
+def copy_prompts(n: int, n_long: int = 0) -> list[list[int]]:
+    """Token ids of held-out copy/edit prompts (``copy_heldout``, then ``copy_long_heldout``)."""
+    from ..tiny import load_tokenizer
+
+    tok = load_tokenizer()
+    recs = load_jsonl("copy_heldout.jsonl")[:n] + load_jsonl("copy_long_heldout.jsonl")[:n_long]
+    return [tok(copy_doc(r)[0], add_special_tokens=False)["input_ids"] for r in recs]
+
+
+def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=GAMMAS, progress=None) -> dict:
+    """Plain greedy against ``mtp=gamma`` on each prompt, same engine (fp16 on CUDA, fp32 on CPU)."""
+    dtype = torch.float16 if device.startswith("cuda") else torch.float32
+    eng = Qwen35Engine.from_gguf(copy_model_path(), devices=[device], max_len=max(map(len, prompts)) + new + 8,
+                                 dtype=dtype)
+    eng.generate(prompts[0], 4)   # warm-up: compiles, packs, captures the graphs
+    for g in gammas:
+        eng.generate(prompts[0], 4, mtp=g)
+    rows = {"plain": {"tokens": 0, "decode_s": 0.0}}
+    for g in gammas:
+        rows[f"mtp{g}"] = {"tokens": 0, "decode_s": 0.0, "identical": 0, "rounds": 0, "hist": [0] * (g + 1),
+                           "first_mismatch": []}
+    for i, p in enumerate(prompts):
+        plain = eng.generate(p, new)
+        rows["plain"]["tokens"] += len(plain.tokens) - 1
+        rows["plain"]["decode_s"] += plain.decode_s
+        for g in gammas:
+            r = eng.generate(p, new, mtp=g)
+            row = rows[f"mtp{g}"]
+            row["tokens"] += len(r.tokens) - 1
+            row["decode_s"] += r.decode_s
+            row["rounds"] += r.mtp["rounds"]
+            row["hist"] = [a + b for a, b in zip(row["hist"], r.mtp["accepted_histogram"])]
+            if r.tokens == plain.tokens:
+                row["identical"] += 1
+            else:
+                j = next(k for k, (a, b) in enumerate(zip(r.tokens, plain.tokens)) if a != b)
+                row["first_mismatch"].append({"prompt": i, "position": j})
+        if progress is not None:
+            progress.update(1)
+    out = {"prompts": len(prompts), "new_tokens": new, "device": device, "dtype": str(dtype),
+           "cuda_graphs": eng.graphs is not None, "plain_tokens_per_s": rows["plain"]["tokens"] /
+           rows["plain"]["decode_s"]}
+    for g in gammas:
+        row = rows[f"mtp{g}"]
+        rate = row["tokens"] / row["decode_s"]
+        out[f"mtp{g}"] = {"tokens_per_s": rate, "speedup_vs_plain": rate / out["plain_tokens_per_s"],
+                          "tokens_per_step": row["tokens"] / row["rounds"], "accepted_histogram": row["hist"],
+                          "identical_fraction": row["identical"] / len(prompts),
+                          "first_mismatch": row["first_mismatch"][:10]}
+    return out
+
+
+def _graph_us(fn, reps: int = 30) -> float:
+    """Microseconds per replay of ``fn`` captured in a CUDA graph."""
+    g = Qwen35Engine._graph_of(fn, torch.device("cuda"))
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g.replay()
+    a.record()
+    for _ in range(reps):
+        g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3 / reps
+
+
+def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> dict:
+    """Plain decode against ``mtp=gamma`` on the 27B shape with random weights (nothing accepted), and the
+    parts of a round as graph replays: the verify forward of gamma + 1 rows, one NextN chain step."""
+    from .bench import config_27b, random_model
+
+    cfg = config_27b()
+    model = random_model(cfg, mtp=True)
+    prompt = list(range(1, prompt_len + 1))
+    eng = Qwen35Engine(model, max_len=prompt_len + new + 8, dtype=torch.float16)
+    eng.generate(prompt, 4)
+    plain = statistics.median(eng.generate(prompt, new).decode_tokens_per_s for _ in range(3))
+    out = {"plain_tokens_per_s": plain, "plain_step_us": 1e6 / plain, "mtp_block_bytes": model.mtp.nbytes,
+           "weight_bytes": model.bytes_per_token()}
+    for g in gammas:
+        eng.generate(prompt, 4, mtp=g)
+        runs = [eng.generate(prompt, new, mtp=g) for _ in range(3)]
+        r = sorted(runs, key=lambda x: x.decode_s)[1]
+        rb = eng.rows[g + 1]
+        out[f"mtp{g}"] = {"round_us": r.decode_s / r.mtp["rounds"] * 1e6, "rounds": r.mtp["rounds"],
+                          "accepted_histogram": r.mtp["accepted_histogram"],
+                          "verify_us": _graph_us(lambda: eng._run_rows(rb)),
+                          "tokens_per_s_nothing_accepted": (len(r.tokens) - 1) / r.decode_s}
+    out["mtp_step_us"] = _graph_us(eng._run_mtp_step)
+    del eng, model
+    torch.cuda.empty_cache()
+    return out
+
+
+def run(out_dir, profile: str = "gpu") -> list[dict]:
+    from tqdm.auto import tqdm
+
+    gpu = profile == "gpu"
+    if gpu and not torch.cuda.is_available():
+        raise RuntimeError("the gpu profile needs a CUDA device")
+    n, n_long, new = (40, 10, 96) if gpu else (4, 0, 32)
+    prompts = copy_prompts(n, n_long)
+    with tqdm(total=len(prompts), desc="copy prompts") as bar:
+        copy = measure_copy_model(prompts, new, "cuda" if gpu else "cpu", progress=bar)
+    dev = hw.device_info()["name"] if gpu else "CPU"
+    note = (f"qwen35-copy (data/models/qwen35-copy: 4 layers, NextN block trained on copy tasks), {copy['prompts']} "
+            f"held-out copy/edit prompts, {new} greedy tokens, {copy['dtype']}, {dev}, CUDA graphs "
+            f"{copy['cuda_graphs']}; tokens/s = generated tokens after the first / decode time, summed over prompts")
+    figs = [results.figure("qwen35_engine/mtp/copy/plain/decode_tokens_per_s", copy["plain_tokens_per_s"],
+                           "tokens/s", "MEASURED", SOURCE, note=note)]
+    for g in GAMMAS:
+        c = copy[f"mtp{g}"]
+        figs += [results.figure(f"qwen35_engine/mtp/copy/gamma{g}/tokens_per_step", c["tokens_per_step"], "tokens",
+                                "MEASURED", SOURCE, note=note + "; tokens committed per verify forward"),
+                 results.figure(f"qwen35_engine/mtp/copy/gamma{g}/decode_tokens_per_s", c["tokens_per_s"],
+                                "tokens/s", "MEASURED", SOURCE, note=note),
+                 results.figure(f"qwen35_engine/mtp/copy/gamma{g}/speedup_vs_plain", c["speedup_vs_plain"], "x",
+                                "ARITHMETIC", SOURCE, note=note + "; against plain greedy in the same process"),
+                 results.figure(f"qwen35_engine/mtp/copy/gamma{g}/identical_fraction", c["identical_fraction"],
+                                "fraction", "MEASURED", SOURCE, note=note + "; prompts whose tokens equal plain greedy")]
+    best = max(GAMMAS, key=lambda g: copy[f"mtp{g}"]["tokens_per_step"])
+    figs.append(results.figure("qwen35_engine/mtp/tokens_per_step", copy[f"mtp{best}"]["tokens_per_step"], "tokens",
+                               "MEASURED", SOURCE, note=note + f"; gamma = {best}, the most tokens per step"))
+    from .oracle import check_mtp
+    orc = check_mtp()
+    onote = ("tiny random qwen35 with a random NextN block, F32 weights, fp32 engine on the CPU, against "
+             "transformers' Qwen3_5ForCausalLM and Qwen35MTP (its layers); the prompt as one multi-row forward")
+    figs += [results.figure("qwen35_engine/mtp/oracle/rows_rel_err", orc["rows_rel_err"], "max|d|/max|logit|",
+                            "MEASURED", SOURCE, note=onote + "; main model logits"),
+             results.figure("qwen35_engine/mtp/oracle/nextn_rel_err", orc["nextn_rel_err"], "max|d|/max|logit|",
+                            "MEASURED", SOURCE, note=onote + "; NextN block logits"),
+             results.figure("qwen35_engine/mtp/oracle/greedy_identical_fraction",
+                            sum(orc["identical"].values()) / len(orc["identical"]), "fraction", "MEASURED", SOURCE,
+                            note=onote + f"; {orc['tokens']} greedy tokens with mtp = 1, 2, 3 against plain greedy")]
+    checks = {"copy": copy, "oracle": orc}
+    if gpu:
+        big = measure_27b_rounds()
+        checks["27b"] = big
+        bnote = (f"27B shape, random weights in the file's quant mix with a NextN block, {dev}, CUDA graphs; "
+                 "nothing is accepted with random weights, so a round commits one token")
+        figs.append(results.figure("qwen35_engine/mtp/27b-shape/plain_step_us", big["plain_step_us"], "us",
+                                   "MEASURED", SOURCE, note=bnote))
+        figs.append(results.figure("qwen35_engine/mtp/27b-shape/mtp_step_us", big["mtp_step_us"], "us", "MEASURED",
+                                   SOURCE, note=bnote + "; one NextN chain step (block + head), graph replay"))
+        for g in GAMMAS:
+            b, c = big[f"mtp{g}"], copy[f"mtp{g}"]
+            figs += [results.figure(f"qwen35_engine/mtp/27b-shape/gamma{g}/round_us", b["round_us"], "us",
+                                    "MEASURED", SOURCE, note=bnote + "; decode time / rounds"),
+                     results.figure(f"qwen35_engine/mtp/27b-shape/gamma{g}/verify_us", b["verify_us"], "us",
+                                    "MEASURED", SOURCE, note=bnote + f"; the verify forward of {g + 1} rows and the "
+                                    "NextN block over them, graph replay")]
+            proj = c["tokens_per_step"] * big["plain_step_us"] / b["round_us"]
+            figs.append(results.figure(
+                f"qwen35_engine/mtp/27b-shape/gamma{g}/projected_speedup", proj, "x", "ESTIMATED", SOURCE,
+                note=f"the copy model's tokens per step ({c['tokens_per_step']:.2f}) x plain step / round time at the "
+                     "27B shape; assumes a 27B model's NextN block accepts as often as the copy model's"))
+    results.write(Path(out_dir) / "qwen35_mtp.json", figs, checks=checks)
+    return figs
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=None, help="output folder (default results/<device-slug>, or results/cpu)")
+    ap.add_argument("--profile", choices=("gpu", "cpu"), default="gpu")
+    a = ap.parse_args(argv)
+    out = a.out or results.results_dir() / (hw.device_slug() if a.profile == "gpu" else "cpu")
+    for f in run(out, a.profile):
+        print(f"{f['name']}: {f['value']:.4g} {f['unit']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
