@@ -249,9 +249,20 @@ def attention_inputs(qg, k, v, q_norm, k_norm, cos_t, sin_t, pos, eps: float, ca
 
 
 def attend(q, gate, k_cache, v_cache, pos, dtype: torch.dtype) -> torch.Tensor:
-    """Softmax attention of q [R, heads, D], R rows of one sequence at positions ``pos`` [R], over the cache
-    [1, kv_heads, T, D] up to each row's position (grouped KV heads), times the sigmoid output gate: the input
-    of the output projection, in ``dtype``."""
+    """Softmax attention of q [1, heads, D] (one decode row) over the cache [1, kv_heads, T, D] up to ``pos``
+    [1] (grouped KV heads), times the sigmoid output gate: the input of the output projection, in ``dtype``."""
+    B, H, D = q.shape
+    G, T = k_cache.shape[1], k_cache.shape[2]
+    scores = torch.einsum("bgrd,bgtd->bgrt", q.view(B, G, H // G, D), k_cache.float()) / math.sqrt(D)
+    future = torch.arange(T, device=q.device) > pos   # keys not written yet
+    p = torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1)
+    o = torch.einsum("bgrt,bgtd->bgrd", p, v_cache.float()).reshape(B, H * D)
+    return (o * torch.sigmoid(gate)).to(dtype)
+
+
+def attend_rows(q, gate, k_cache, v_cache, pos, dtype: torch.dtype) -> torch.Tensor:
+    """:func:`attend` for R rows of one sequence at positions ``pos`` [R] (a draft being verified): each row over
+    the cache up to its own position. Run as written, never compiled (see :class:`StepFunctions`)."""
     R, H, D = q.shape
     G, T = k_cache.shape[1], k_cache.shape[2]
     scores = torch.einsum("bgrd,gtd->bgrt", q.view(R, G, H // G, D), k_cache[0].float()) / math.sqrt(D)
@@ -317,7 +328,10 @@ class AttentionMixer:
         # any row attends, so rows see the earlier rows of the same call
         self.k_cache.index_copy_(2, pos, k.permute(2, 1, 0, 3))
         self.v_cache.index_copy_(2, pos, v.permute(2, 1, 0, 3))
-        return self.o(fns.attend(q, gate, self.k_cache, self.v_cache, pos, x.dtype))
+        # one row: the compiled attention; several (a verify): as written, whose equality to the reference the
+        # CPU tests establish (a compiled rows variant disagreed with it on a GPU)
+        att = fns.attend if x.shape[0] == 1 else attend_rows
+        return self.o(att(q, gate, self.k_cache, self.v_cache, pos, x.dtype))
 
 
 class DeltaNetMixer:
