@@ -59,7 +59,7 @@ class Qwen35MTP(nn.Module):
                 positions: torch.Tensor) -> torch.Tensor:
         e = self.pre_fc_norm_embedding(embed(next_tokens))
         x = self.fc(torch.cat([e, self.pre_fc_norm_hidden(hidden)], dim=-1))
-        pe = rotary(x, positions)
+        pe = rotary(x, positions[None].expand(3, -1, -1))   # text positions in all three rotary sections
         x = self.layers[0](x, position_embeddings=pe, attention_mask=causal_mask(x.shape[1], x.dtype, x.device))
         return self.norm(x)
 
