@@ -110,6 +110,7 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> di
     eng = Qwen35Engine(model, max_len=prompt_len + new + 8, dtype=torch.float16)
     eng.generate(prompt, 4)
     plain = statistics.median(eng.generate(prompt, new).decode_tokens_per_s for _ in range(3))
+    ref = eng.generate(prompt, new, return_logits=True)   # plain greedy tokens and the logits they came from
     out = {"plain_tokens_per_s": plain, "plain_step_us": 1e6 / plain, "mtp_block_bytes": model.mtp.nbytes,
            "weight_bytes": model.bytes_per_token()}
     for g in gammas:
@@ -117,7 +118,13 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> di
         runs = [eng.generate(prompt, new, mtp=g) for _ in range(3)]
         r = sorted(runs, key=lambda x: x.decode_s)[1]
         rb = eng.rows[g + 1]
+        j = next((k for k, (a, b) in enumerate(zip(r.tokens, ref.tokens)) if a != b), None)
+        gap = None
+        if j is not None:   # the plain run's top-2 logit gap where the tokens first differ, over max |logit|
+            top = ref.logits[j].topk(2).values
+            gap = float((top[0] - top[1]) / ref.logits[j].abs().max())
         out[f"mtp{g}"] = {"round_us": r.decode_s / r.mtp["rounds"] * 1e6, "rounds": r.mtp["rounds"],
+                          "identical": j is None, "first_mismatch": j, "top2_gap_at_mismatch": gap,
                           "accepted_histogram": r.mtp["accepted_histogram"],
                           "verify_us": _graph_us(lambda: eng._run_rows(rb)),
                           "tokens_per_s_nothing_accepted": (len(r.tokens) - 1) / r.decode_s}
@@ -125,6 +132,23 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> di
     del eng, model
     torch.cuda.empty_cache()
     return out
+
+
+def oracle_figures(checks: dict) -> list[dict]:
+    """:func:`.oracle.check_mtp` as figures (CPU); its rows go into ``checks["oracle"]``."""
+    from .oracle import check_mtp
+
+    orc = check_mtp()
+    checks["oracle"] = orc
+    onote = ("tiny random qwen35 with a random NextN block, F32 weights, fp32 engine on the CPU, against "
+             "transformers' Qwen3_5ForCausalLM and Qwen35MTP (its layers); the prompt as one multi-row forward")
+    return [results.figure("qwen35_engine/mtp/oracle/rows_rel_err", orc["rows_rel_err"], "max|d|/max|logit|",
+                           "MEASURED", SOURCE, note=onote + "; main model logits"),
+            results.figure("qwen35_engine/mtp/oracle/nextn_rel_err", orc["nextn_rel_err"], "max|d|/max|logit|",
+                           "MEASURED", SOURCE, note=onote + "; NextN block logits"),
+            results.figure("qwen35_engine/mtp/oracle/greedy_identical_fraction",
+                           sum(orc["identical"].values()) / len(orc["identical"]), "fraction", "MEASURED", SOURCE,
+                           note=onote + f"; {orc['tokens']} greedy tokens with mtp = 1, 2, 3 against plain greedy")]
 
 
 def run(out_dir, profile: str = "gpu") -> list[dict]:
@@ -156,18 +180,9 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
     best = max(GAMMAS, key=lambda g: copy[f"mtp{g}"]["tokens_per_step"])
     figs.append(results.figure("qwen35_engine/mtp/tokens_per_step", copy[f"mtp{best}"]["tokens_per_step"], "tokens",
                                "MEASURED", SOURCE, note=note + f"; gamma = {best}, the most tokens per step"))
-    from .oracle import check_mtp
-    orc = check_mtp()
-    onote = ("tiny random qwen35 with a random NextN block, F32 weights, fp32 engine on the CPU, against "
-             "transformers' Qwen3_5ForCausalLM and Qwen35MTP (its layers); the prompt as one multi-row forward")
-    figs += [results.figure("qwen35_engine/mtp/oracle/rows_rel_err", orc["rows_rel_err"], "max|d|/max|logit|",
-                            "MEASURED", SOURCE, note=onote + "; main model logits"),
-             results.figure("qwen35_engine/mtp/oracle/nextn_rel_err", orc["nextn_rel_err"], "max|d|/max|logit|",
-                            "MEASURED", SOURCE, note=onote + "; NextN block logits"),
-             results.figure("qwen35_engine/mtp/oracle/greedy_identical_fraction",
-                            sum(orc["identical"].values()) / len(orc["identical"]), "fraction", "MEASURED", SOURCE,
-                            note=onote + f"; {orc['tokens']} greedy tokens with mtp = 1, 2, 3 against plain greedy")]
-    checks = {"copy": copy, "oracle": orc}
+    checks = {"copy": copy}
+    if not gpu:   # the oracle runs transformers on the CPU (with fla installed it would take the CUDA kernels)
+        figs += oracle_figures(checks)
     if gpu:
         big = measure_27b_rounds()
         checks["27b"] = big
