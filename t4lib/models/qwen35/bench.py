@@ -296,10 +296,21 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
     out["fp16_vs_fp32_yardstick"] = {"rel_err": rel(g.logits, y.logits),
                                      "same_tokens_fraction": sum(a == b for a, b in zip(g.tokens, y.tokens)) / new}
     eng = Qwen35Engine(model, max_len=len(prompt) + new + 8)
-    plain = eng.generate(prompt, new).tokens
+    ref = eng.generate(prompt, new, return_logits=True)
     mtp = {g: eng.generate(prompt, new, mtp=g) for g in (1, 2, 3)}
-    out["mtp_vs_plain"] = {"same_tokens": all(r.tokens == plain for r in mtp.values()),
+
+    def first_diff(tokens):
+        """Where the tokens first leave plain greedy, and the plain run's top-2 logit gap there over max |logit|
+        (a near-tie when the verify rows' fp16 products round differently from one row's)."""
+        j = next((k for k, (a, b) in enumerate(zip(tokens, ref.tokens)) if a != b), None)
+        if j is None:
+            return None
+        top = ref.logits[j].topk(2).values
+        return {"position": j, "top2_gap": float((top[0] - top[1]) / ref.logits[j].abs().max())}
+
+    out["mtp_vs_plain"] = {"same_tokens": all(r.tokens == ref.tokens for r in mtp.values()),
                            "graphs": all(r.cuda_graphs for r in mtp.values()),
+                           "first_difference": {g: first_diff(r.tokens) for g, r in mtp.items()},
                            "accepted_histograms": {g: r.mtp["accepted_histogram"] for g, r in mtp.items()}}
     del eng
     out["passed"] = bool(out["mtp_vs_plain"]["same_tokens"] and out["graph_vs_eager"]["same_tokens"] and out["graph_vs_eager"]["rel_err"] < 1e-3

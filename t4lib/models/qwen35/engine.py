@@ -23,8 +23,11 @@ block (:mod:`.mtp`) and verifies them in one forward of ``gamma + 1`` rows: ever
 rows, the Gated DeltaNet recurrence stepped row by row keeping the state after each row, so a rejection
 restores a snapshot instead of recomputing; attention rows simply overwrite the rejected cache positions.
 The verify forward also runs the NextN block over the same rows (its cache stays complete) and leaves the
-next round's first draft. The tokens are the plain greedy ones by construction: only the target's own
-choices are kept.
+next round's first draft. Only the target's own choices are kept, so in exact arithmetic the tokens are the
+plain greedy ones (the CPU tests check it in fp32 and fp16). On a GPU the verify rows go through the
+multi-row GEMVs, whose fp16 outputs may round differently from a single row's, so a near-tie between the
+top two logits can go the other way: on the H200 at the 27B widths with random weights the tokens did
+differ from plain greedy (``gpu_checks``, ``mtp_vs_plain``).
 """
 from __future__ import annotations
 

@@ -157,7 +157,7 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
     gpu = profile == "gpu"
     if gpu and not torch.cuda.is_available():
         raise RuntimeError("the gpu profile needs a CUDA device")
-    n, n_long, new = (40, 10, 96) if gpu else (4, 0, 32)
+    n, n_long, new = (40, 10, 96) if gpu else (10, 2, 48)
     prompts = copy_prompts(n, n_long)
     with tqdm(total=len(prompts), desc="copy prompts") as bar:
         copy = measure_copy_model(prompts, new, "cuda" if gpu else "cpu", progress=bar)
