@@ -151,6 +151,44 @@ def oracle_figures(checks: dict) -> list[dict]:
                            note=onote + f"; {orc['tokens']} greedy tokens with mtp = 1, 2, 3 against plain greedy")]
 
 
+def round_bytes_27b(gamma: int) -> dict:
+    """Bytes a plain token and a round of ``gamma`` drafts move at the 27B shape (ARITHMETIC, from the formats'
+    block sizes in :func:`.bench.mix_27b`): a round reads every weight once for its ``gamma + 1`` rows, steps each
+    Gated DeltaNet state once per row (read and write) and writes a snapshot per row, reads the NextN block and
+    the head once more for the block's rows, and both again for each of the ``gamma - 1`` chained drafts."""
+    from ...ops.deltanet import state_bytes
+    from ...ops.gguf import FORMATS, TYPE_OF
+    from .bench import config_27b, mix_27b
+
+    c = config_27b()
+
+    def nbytes(kind, layer, N, K):
+        _, nv, nb = FORMATS[TYPE_OF[mix_27b(kind, layer, c.n_layers)]]
+        return N * K // nv * nb
+
+    def layer_weights(i, kind):
+        qd, kd = c.attn_heads * c.head_dim, c.attn_kv_heads * c.head_dim
+        ffn = nbytes("ffn_gate", i, c.ffn, c.hidden) + nbytes("ffn_up", i, c.ffn, c.hidden) + \
+            nbytes("ffn_down", i, c.hidden, c.ffn)
+        if kind == "attention":
+            return ffn + nbytes("attn_q", i, 2 * qd, c.hidden) + 2 * nbytes("attn_k", i, kd, c.hidden) + \
+                nbytes("attn_output", i, c.hidden, qd)
+        vd = c.ssm_v_heads * c.ssm_v_dim
+        return ffn + nbytes("attn_qkv", i, c.conv_dim, c.hidden) + nbytes("attn_gate", i, vd, c.hidden) + \
+            nbytes("ssm_out", i, c.hidden, vd) + 2 * 4 * c.ssm_v_heads * c.hidden
+
+    head = nbytes("output", 0, c.vocab, c.hidden)
+    weights = sum(layer_weights(i, k) for i, k in enumerate(c.layer_types)) + head
+    n_dn = c.layer_types.count("deltanet")
+    state = n_dn * state_bytes(1, c.ssm_v_heads, c.ssm_k_dim, c.ssm_v_dim)   # one row: read + write
+    snapshot = state // 2
+    nextn = layer_weights(c.n_layers - 1, "attention") + c.hidden * 2 * c.hidden * 34 // 32   # eh_proj, Q8_0
+    rows = gamma + 1
+    plain = weights + state
+    rnd = weights + rows * (state + snapshot) + (nextn + head) * gamma
+    return {"plain": plain, "round": rnd, "weights": weights, "head": head, "nextn": nextn, "state": state}
+
+
 def run(out_dir, profile: str = "gpu") -> list[dict]:
     from tqdm.auto import tqdm
 
@@ -180,7 +218,19 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
     best = max(GAMMAS, key=lambda g: copy[f"mtp{g}"]["tokens_per_step"])
     figs.append(results.figure("qwen35_engine/mtp/tokens_per_step", copy[f"mtp{best}"]["tokens_per_step"], "tokens",
                                "MEASURED", SOURCE, note=note + f"; gamma = {best}, the most tokens per step"))
-    checks = {"copy": copy}
+    checks = {"copy": copy, "bytes_27b": {}}
+    for g in GAMMAS:
+        b = round_bytes_27b(g)
+        checks["bytes_27b"][g] = b
+        tau = copy[f"mtp{g}"]["tokens_per_step"]
+        figs.append(results.figure(
+            f"qwen35_engine/mtp/27b-shape/gamma{g}/t4_projected_speedup", tau * b["plain"] / b["round"], "x",
+            "ESTIMATED", SOURCE,
+            note=f"memory-bound model of a T4: tokens per step ({tau:.2f}, the copy model on {dev}) x bytes of a plain "
+                 f"token ({b['plain'] / 1e9:.2f} GB) / bytes of a round ({b['round'] / 1e9:.2f} GB: weights once for "
+                 f"{g + 1} rows, DeltaNet state and snapshot per row, NextN block and head per draft; ARITHMETIC); "
+                 "assumes a 27B NextN block accepts as often as the copy model's and the GEMVs of up to "
+                 f"{g + 1} rows run at the bandwidth of one"))
     if not gpu:   # the oracle runs transformers on the CPU (with fla installed it would take the CUDA kernels)
         figs += oracle_figures(checks)
     if gpu:
