@@ -166,7 +166,8 @@ def test_committed_models_budget_and_records():
     if not MODELS.exists():
         pytest.skip("no committed checkpoints yet")
     total = sum(f.stat().st_size for f in MODELS.rglob("*") if f.is_file())
-    assert total <= 22 * 1024 * 1024, f"data/models is {total / 2**20:.1f} MiB (> 22 MiB)"
+    # tiny-gpu 16 MiB, tiny-cpu 2.7 MiB, qwen35-copy (a GGUF with Q8_0 matrices) 4 MiB
+    assert total <= 24 * 1024 * 1024, f"data/models is {total / 2**20:.1f} MiB (> 24 MiB)"
     presets = [d for d in MODELS.iterdir() if (d / "config.json").is_file()]
     assert presets, "data/models has no checkpoint"
     for d in presets:

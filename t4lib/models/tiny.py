@@ -260,6 +260,18 @@ def eval_math(model, tokenizer, n=400, max_steps=2, batch_size=64, device="cpu",
                                for r, o in list(zip(recs, outs))[:3]])
 
 
+def copy_sequences(tokenizer, recs) -> tuple[list[list[int]], list[tuple[int, int]]]:
+    """Token ids of copy tasks (prompt + completion) and each one's completion span [start, end)."""
+    seqs, spans = [], []
+    for r in recs:
+        p, c = corpus.copy_doc(r)
+        pi = tokenizer(p, add_special_tokens=False)["input_ids"]
+        ci = tokenizer(c, add_special_tokens=False)["input_ids"]
+        seqs.append(pi + ci)
+        spans.append((len(pi), len(pi) + len(ci)))
+    return seqs, spans
+
+
 def eval_copy(model, tokenizer, n=300, batch_size=64, device="cpu", generate_n=60, progress=None):
     import torch
     recs = corpus.load_jsonl("copy_heldout.jsonl")[:n]
@@ -267,13 +279,7 @@ def eval_copy(model, tokenizer, n=300, batch_size=64, device="cpu", generate_n=6
     by_kind = {}
     for i in range(0, len(recs), batch_size):
         chunk = recs[i:i + batch_size]
-        seqs, spans = [], []
-        for r in chunk:
-            p, c = corpus.copy_doc(r)
-            pi = tokenizer(p, add_special_tokens=False)["input_ids"]
-            ci = tokenizer(c, add_special_tokens=False)["input_ids"]
-            seqs.append(pi + ci)
-            spans.append((len(pi), len(pi) + len(ci)))
+        seqs, spans = copy_sequences(tokenizer, chunk)
         L = max(map(len, seqs))
         ids = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(seqs), L), dtype=torch.long)
@@ -336,15 +342,20 @@ def _lr_at(step, p: Preset):
 
 
 def plot_loss(losses, path, title):
+    """Training loss per step and its running mean, log scale. ``losses``: one list, or ``{label: list}`` for
+    several series on one plot."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    series = losses if isinstance(losses, dict) else {"": losses}
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(range(1, len(losses) + 1), losses, lw=0.6, alpha=0.4, label="per step")
-    w = max(1, len(losses) // 50)
-    if len(losses) >= w:
-        sm = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
-        ax.plot(range(1, len(losses) + 1), sm, lw=1.5, label=f"mean of {w}")
+    for k, (label, ls) in enumerate(series.items()):
+        color = f"C{k}"
+        x = range(1, len(ls) + 1)
+        w = max(1, len(ls) // 50)
+        sm = [sum(ls[max(0, i - w + 1):i + 1]) / len(ls[max(0, i - w + 1):i + 1]) for i in range(len(ls))]
+        ax.plot(x, ls, lw=0.6, alpha=0.4, color=color, label=f"{label + ', ' if label else ''}per step")
+        ax.plot(x, sm, lw=1.5, color=color, label=f"{label + ', ' if label else ''}mean of {w}")
     ax.set_xlabel("step")
     ax.set_ylabel("weighted training loss (nats/token)")
     ax.set_yscale("log")

@@ -206,6 +206,19 @@ def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=t
     return out
 
 
+def graph_us(fn, reps: int = 50) -> float:
+    """Microseconds per replay of ``fn`` captured in a CUDA graph (L2 warm between replays)."""
+    g = Qwen35Engine._graph_of(fn, torch.device("cuda"))
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    g.replay()
+    a.record()
+    for _ in range(reps):
+        g.replay()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) * 1e3 / reps
+
+
 def time_per_kind(model: Qwen35Model, position: int = 64, reps: int = 50, compile: bool = True) -> dict:
     """Microseconds per decode step of one layer of each kind and of the head, each captured
     in a CUDA graph and replayed ``reps`` times (L2 warm between replays of the same layer,
@@ -219,22 +232,7 @@ def time_per_kind(model: Qwen35Model, position: int = 64, reps: int = 50, compil
     out = {}
 
     def timed(fn):
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            fn()
-        torch.cuda.current_stream().wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            fn()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        g.replay()
-        a.record()
-        for _ in range(reps):
-            g.replay()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b) * 1e3 / reps
+        return graph_us(fn, reps)
 
     def kernels(fn):
         """GPU kernels one call launches (torch.profiler)."""

@@ -41,7 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from .. import corpus, schema
-from ..tiny import _batches, _lr_at, _token_stream, _versions, load_tokenizer
+from ..tiny import _batches, _lr_at, _token_stream, _versions, copy_sequences, load_tokenizer, plot_loss
 
 __all__ = ["copy_config", "build", "train", "evaluate", "q8_round", "checkpoint_dir", "DIMS", "GGUF_TYPES",
            "MTP_WEIGHT", "PROMPT_WEIGHT", "STEPS", "LR"]
@@ -150,13 +150,7 @@ def evaluate(model, mtp, tokenizer, n: int = 300, batch_size: int = 32, progress
     mtp.eval()
     for i in range(0, len(recs), batch_size):
         chunk = recs[i:i + batch_size]
-        seqs, spans = [], []
-        for r in chunk:
-            p, c = corpus.copy_doc(r)
-            pi = tokenizer(p, add_special_tokens=False)["input_ids"]
-            ci = tokenizer(c, add_special_tokens=False)["input_ids"]
-            seqs.append(pi + ci)
-            spans.append((len(pi), len(pi) + len(ci)))
+        seqs, spans = copy_sequences(tokenizer, chunk)
         ids = torch.full((len(seqs), max(map(len, seqs))), tokenizer.pad_token_id, dtype=torch.long)
         for j, s in enumerate(seqs):   # right padding: every model here is causal, real rows never see it
             ids[j, :len(s)] = torch.tensor(s)
@@ -179,29 +173,6 @@ def evaluate(model, mtp, tokenizer, n: int = 300, batch_size: int = 32, progress
     return dict(copy_token_accuracy=main_ok / max(1, main_n), mtp_token_accuracy=mtp_ok / max(1, mtp_n),
                 both_right_fraction=both / max(1, both_n), mtp_accuracy_given_main_right=both / max(1, given_main),
                 copy_answer_tokens=main_n, both_rows=both_n, copy_n=len(recs))
-
-
-def _plot(main_losses, mtp_losses, path, title):
-    """Both training losses per step with their running means, log scale (``tiny.plot_loss``'s style)."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    w = max(1, len(main_losses) // 50)
-    x = range(1, len(main_losses) + 1)
-    for losses, label, color in ((main_losses, "main (t + 1)", "C0"), (mtp_losses, "MTP (t + 2)", "C1")):
-        ax.plot(x, losses, lw=0.6, alpha=0.3, color=color)
-        sm = [sum(losses[max(0, i - w + 1):i + 1]) / len(losses[max(0, i - w + 1):i + 1]) for i in range(len(losses))]
-        ax.plot(x, sm, lw=1.5, color=color, label=f"{label}, mean of {w}")
-    ax.set_xlabel("step")
-    ax.set_ylabel("weighted training loss (nats/token)")
-    ax.set_yscale("log")
-    ax.set_title(title)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
 
 
 def _write_gguf(model, mtp, cfg, path: Path) -> None:
@@ -293,7 +264,7 @@ def train(out=None, steps: int = STEPS, seq_len: int = 256, batch_size: int = 8,
     )
     (out / "training_record.json").write_text(json.dumps(record, indent=2) + "\n")
     try:
-        _plot(main_losses, mtp_losses, out / "loss_curve.png",
+        plot_loss({"main (t + 1)": main_losses, "MTP (t + 2)": mtp_losses}, out / "loss_curve.png",
               f"qwen35-copy: {(record['n_params'] + record['n_params_mtp']) / 1e6:.2f}M params, {steps} steps")
     except ImportError as err:  # matplotlib missing: the GGUF and record are already written
         print(f"loss plot skipped: {err}", file=sys.stderr)

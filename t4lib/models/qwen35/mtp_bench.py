@@ -86,23 +86,10 @@ def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=G
     return out
 
 
-def _graph_us(fn, reps: int = 30) -> float:
-    """Microseconds per replay of ``fn`` captured in a CUDA graph."""
-    g = Qwen35Engine._graph_of(fn, torch.device("cuda"))
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    g.replay()
-    a.record()
-    for _ in range(reps):
-        g.replay()
-    b.record()
-    b.synchronize()
-    return a.elapsed_time(b) * 1e3 / reps
-
-
 def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> dict:
     """Plain decode against ``mtp=gamma`` on the 27B shape with random weights (nothing accepted), and the
     parts of a round as graph replays: the verify forward of gamma + 1 rows, one NextN chain step."""
-    from .bench import config_27b, random_model
+    from .bench import config_27b, graph_us, random_model
 
     cfg = config_27b()
     model = random_model(cfg, mtp=True)
@@ -126,9 +113,9 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> di
         out[f"mtp{g}"] = {"round_us": r.decode_s / r.mtp["rounds"] * 1e6, "rounds": r.mtp["rounds"],
                           "identical": j is None, "first_mismatch": j, "top2_gap_at_mismatch": gap,
                           "accepted_histogram": r.mtp["accepted_histogram"],
-                          "verify_us": _graph_us(lambda: eng._run_rows(rb)),
+                          "verify_us": graph_us(lambda: eng._run_rows(rb)),
                           "tokens_per_s_nothing_accepted": (len(r.tokens) - 1) / r.decode_s}
-    out["mtp_step_us"] = _graph_us(eng._run_mtp_step)
+    out["mtp_step_us"] = graph_us(eng._run_mtp_step)
     del eng, model
     torch.cuda.empty_cache()
     return out

@@ -40,7 +40,7 @@ def causal_mask(T: int, dtype=torch.float32, device=None) -> torch.Tensor:
 
 class Qwen35MTP(nn.Module):
     """The MTP block (see the module docstring). ``forward(next_tokens [B, T], hidden [B, T, H], embed,
-    rotary, positions [B, T]) -> out [B, T, H]``: ``hidden`` is the main model's final (normed) hidden state at
+    rotary, positions [B, T] or [3, B, T]) -> out [B, T, H]``: ``hidden`` is the main model's final (normed) hidden state at
     ``positions``, ``next_tokens`` the token after each; ``lm_head(out)`` gives the logits of the token after
     that. ``embed`` and ``rotary`` are the main model's ``embed_tokens`` and ``rotary_emb``."""
 
@@ -59,7 +59,9 @@ class Qwen35MTP(nn.Module):
                 positions: torch.Tensor) -> torch.Tensor:
         e = self.pre_fc_norm_embedding(embed(next_tokens))
         x = self.fc(torch.cat([e, self.pre_fc_norm_hidden(hidden)], dim=-1))
-        pe = rotary(x, positions[None].expand(3, -1, -1))   # text positions in all three rotary sections
+        if positions.dim() == 2:   # text positions in all three rotary sections (the form older versions need)
+            positions = positions[None].expand(3, -1, -1)
+        pe = rotary(x, positions)
         x = self.layers[0](x, position_embeddings=pe, attention_mask=causal_mask(x.shape[1], x.dtype, x.device))
         return self.norm(x)
 
