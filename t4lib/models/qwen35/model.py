@@ -378,7 +378,7 @@ class DeltaNetMixer:
                                      device=self.conv_state.device)
 
     def restore(self, row: int) -> None:
-        """The state as it was after row ``row`` of the last multi-row call."""
+        """The state as it was after row ``row`` (not the last) of the last multi-row call."""
         self.state[0].copy_(self.snap_state[row])
         self.conv_state[0].copy_(self.snap_conv[row])
 
@@ -401,7 +401,7 @@ class DeltaNetMixer:
         outs = []
         for i in range(R):   # the recurrence is sequential in the position
             outs.append(self._step(qkv[i:i + 1], z[i:i + 1], a[i:i + 1], b[i:i + 1], x.dtype))
-            if self.snap_state is not None:
+            if self.snap_state is not None and i < R - 1:   # after the last row the state itself is that row's
                 self.snap_state[i].copy_(self.state[0])
                 self.snap_conv[i].copy_(self.conv_state[0])
         return self.out(torch.cat(outs))

@@ -141,7 +141,7 @@ def oracle_figures(checks: dict) -> list[dict]:
 def round_bytes_27b(gamma: int) -> dict:
     """Bytes a plain token and a round of ``gamma`` drafts move at the 27B shape (ARITHMETIC, from the formats'
     block sizes in :func:`.bench.mix_27b`): a round reads every weight once for its ``gamma + 1`` rows, steps each
-    Gated DeltaNet state once per row (read and write) and writes a snapshot per row, reads the NextN block and
+    Gated DeltaNet state once per row (read and write) and writes a snapshot after each row but the last, reads the NextN block and
     the head once more for the block's rows, and both again for each of the ``gamma - 1`` chained drafts."""
     from ...ops.deltanet import state_bytes
     from ...ops.gguf import FORMATS, TYPE_OF
@@ -172,7 +172,7 @@ def round_bytes_27b(gamma: int) -> dict:
     nextn = layer_weights(c.n_layers - 1, "attention") + c.hidden * 2 * c.hidden * 34 // 32   # eh_proj, Q8_0
     rows = gamma + 1
     plain = weights + state
-    rnd = weights + rows * (state + snapshot) + (nextn + head) * gamma
+    rnd = weights + rows * state + (rows - 1) * snapshot + (nextn + head) * gamma
     return {"plain": plain, "round": rnd, "weights": weights, "head": head, "nextn": nextn, "state": state}
 
 
@@ -215,7 +215,8 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
             "ESTIMATED", SOURCE,
             note=f"memory-bound model of a T4: tokens per step ({tau:.2f}, the copy model on {dev}) x bytes of a plain "
                  f"token ({b['plain'] / 1e9:.2f} GB) / bytes of a round ({b['round'] / 1e9:.2f} GB: weights once for "
-                 f"{g + 1} rows, DeltaNet state and snapshot per row, NextN block and head per draft; ARITHMETIC); "
+                 f"{g + 1} rows, DeltaNet state per row and a snapshot per row but the last, NextN block and head per "
+                 f"draft; ARITHMETIC); "
                  "assumes a 27B NextN block accepts as often as the copy model's and the GEMVs of up to "
                  f"{g + 1} rows run at the bandwidth of one"))
     if not gpu:   # the oracle runs transformers on the CPU (with fla installed it would take the CUDA kernels)
