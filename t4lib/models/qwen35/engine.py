@@ -18,7 +18,7 @@ Batch size 1.
 ``generate(prompt, max_new_tokens)``: greedy by default; ``do_sample=True``
 samples with ``temperature``, ``top_k``, ``top_p`` and a seeded generator.
 
-``generate(..., mtp=gamma)`` (greedy, one stage) drafts ``gamma`` tokens per round with the file's NextN
+``generate(..., mtp=gamma)`` (greedy, any number of stages) drafts ``gamma`` tokens per round with the file's NextN
 block (:mod:`.mtp`) and verifies them in one forward of ``gamma + 1`` rows: every matrix read once for all
 rows, the Gated DeltaNet recurrence stepped row by row keeping the state after each row, so a rejection
 restores a snapshot instead of recomputing; attention rows simply overwrite the rejected cache positions.
@@ -40,7 +40,7 @@ import torch
 
 from ...quant.gguf import GGUFFile
 from ...ops.gguf import MAX_M as GEMV_MAX_M
-from .model import COMPUTE_DTYPES, EAGER, Qwen35Config, Qwen35Model, StepFunctions, layer_bytes
+from .model import COMPUTE_DTYPES, EAGER, Qwen35Config, Qwen35Model, StepFunctions, layer_bytes, nextn_bytes
 from .split import StagePlan, device_capacities, plan_stages
 
 __all__ = ["Qwen35Engine", "GenerateResult", "cache_bytes_per_layer", "sample"]
@@ -145,11 +145,12 @@ class Qwen35Engine:
     @classmethod
     def from_gguf(cls, path, devices=None, max_len: int = 512, dtype: torch.dtype = torch.float16,
                   cuda_graph: bool = True, capacities=None, activations: str = "fp16",
-                  compile: bool | None = None) -> "Qwen35Engine":
+                  compile: bool | None = None, mtp: bool = True) -> "Qwen35Engine":
         """Load a qwen35 GGUF over ``devices`` (one stage per device, layers assigned by
         :func:`plan_stages` on measured bytes, caches included). ``capacities``: bytes per
         device (default: free CUDA memory less 1 GiB; unbounded on CPU). ``devices`` defaults
-        to the current CUDA device, or the CPU without one."""
+        to the current CUDA device, or the CPU without one. ``mtp``: load the file's NextN block when it has one
+        (placed with the last stage, counted in the plan)."""
         f = path if isinstance(path, GGUFFile) else GGUFFile(path)
         cfg = Qwen35Config.from_gguf(f)
         if devices is None:
@@ -160,9 +161,15 @@ class Qwen35Engine:
         per_layer = [w + c for w, c in zip(layer_bytes(f, cfg), cache_bytes_per_layer(cfg, max_len, dtype))]
         embed = f.info("token_embd.weight").n_bytes
         head = embed if cfg.tied else f.info("output.weight").n_bytes
+        nextn = nextn_bytes(f, cfg) if mtp else 0
+        if nextn:   # the NextN block, its KV cache and, on a split, its own copy of the embedding table
+            nextn += cache_bytes_per_layer(cfg, max_len, dtype)[cfg.layer_types.index("attention")] \
+                if "attention" in cfg.layer_types else 0
+            nextn += embed if len(devices) > 1 else 0
         caps = device_capacities(devices) if capacities is None else list(capacities)
-        plan = plan_stages(per_layer, len(devices), caps, first_extra=embed, last_extra=head + 4 * cfg.hidden)
-        model = Qwen35Model.from_gguf(f, devices=plan.device_of_layer(devices), activations=activations)
+        plan = plan_stages(per_layer, len(devices), caps, first_extra=embed,
+                           last_extra=head + 4 * cfg.hidden + nextn)
+        model = Qwen35Model.from_gguf(f, devices=plan.device_of_layer(devices), activations=activations, mtp=mtp)
         return cls(model, max_len=max_len, dtype=dtype, cuda_graph=cuda_graph, plan=plan, compile=compile)
 
     # ------------------------------------------------------------------ the step
@@ -256,25 +263,39 @@ class Qwen35Engine:
     def _deltanet_mixers(self):
         return [b.mixer for _, blocks in self.stages for b in blocks if b.kind == "deltanet"]
 
-    def _run_rows(self, rb: dict) -> None:
-        """One forward of R rows (the last committed token and R - 1 drafts) at positions ``rb["pos"]``: the
-        target's choice and normed hidden state per row, then the NextN block over the same rows (each row's
-        choice as its next token), keeping its cache complete and leaving each row's draft of the token after."""
+    def _run_rows(self, rb: dict, s: int) -> None:
+        """Stage ``s`` of one forward of R rows (the last committed token and R - 1 drafts) at positions
+        ``rb["pos"][s]``; hidden rows in and out through ``rb["h"][s]``. The last stage gives the target's choice
+        and normed hidden state per row, then runs the NextN block over the same rows (each row's choice as its
+        next token), keeping its cache complete and leaving each row's draft of the token after."""
         m, fns = self.model, self.fns
-        h = m.embed(rb["tok"])
-        for b in self.stages[0][1]:
-            h = b(h, rb["pos"], self.dtype, fns)
+        h = m.embed(rb["tok"]) if s == 0 else rb["h"][s]
+        for b in self.stages[s][1]:
+            h = b(h, rb["pos"][s], self.dtype, fns)
+        if s < len(self.stages) - 1:
+            rb["h"][s].copy_(h)
+            return
         x = fns.norm(h, m.output_norm, self.cfg.eps, self.dtype)
         rb["next"].copy_(m.head(x).float().argmax(-1))
-        logits, out = m.mtp(rb["next"], x, rb["pos"], m.embed, m.head, self.dtype, fns)
+        logits, out = m.mtp(rb["next"], x, rb["pos"][s], m.mtp_embed, m.head, self.dtype, fns)
         rb["draft"].copy_(logits.argmax(-1))
         rb["out"].copy_(out)
+
+    def _rows_forward(self, rb: dict) -> None:
+        """All stages of the rows forward in turn, the hidden rows handed over once per boundary."""
+        for s in range(len(self.stages)):
+            if s > 0:
+                rb["h"][s].copy_(rb["h"][s - 1])
+            if rb["graphs"] is not None:
+                rb["graphs"][s].replay()
+            else:
+                self._run_rows(rb, s)
 
     def _run_mtp_step(self) -> None:
         """One step of the NextN block on (``mtok``, ``mhid``) at ``mpos``; its draft and output state become
         the inputs of the next step (a chain of drafts needs no host round trip)."""
         m, b = self.model, self.mtp_bufs
-        logits, out = m.mtp(b["tok"], b["hid"], b["pos"], m.embed, m.head, self.dtype, self.fns)
+        logits, out = m.mtp(b["tok"], b["hid"], b["pos"], m.mtp_embed, m.head, self.dtype, self.fns)
         b["next"].copy_(logits.argmax(-1))
         b["tok"].copy_(b["next"])
         b["hid"].copy_(out)
@@ -290,7 +311,8 @@ class Qwen35Engine:
         """Buffers (and on CUDA graphs) for verifying R rows, once per R; the NextN block's cache and step."""
         if R in self.rows:
             return self.rows[R]
-        m, dev = self.model, self.stages[0][0]
+        m, devs = self.model, [d for d, _ in self.stages]
+        dev = devs[-1]   # the NextN block's device: the last stage's
         if self.mtp_bufs is None:   # the block's cache at this engine's length (a cache of another is replaced)
             m.mtp.allocate(self.max_len + GEMV_MAX_M, self.dtype, dev)
             long1 = lambda: torch.zeros(1, dtype=torch.long, device=dev)  # noqa: E731
@@ -304,13 +326,14 @@ class Qwen35Engine:
             for x in mixers:   # the graphs of fewer rows hold the old snapshots: drop them
                 x.allocate_snapshots(R)
             self.rows.clear()
-        rb = {"tok": torch.zeros(R, dtype=torch.long, device=dev),
-              "pos": torch.arange(R, device=dev), "ar": torch.arange(R, device=dev),
-              "next": torch.zeros(R, dtype=torch.long, device=dev), "draft": torch.zeros(R, dtype=torch.long,
-                                                                                       device=dev),
-              "out": torch.zeros(R, self.cfg.hidden, dtype=self.dtype, device=dev), "graph": None}
+        rb = {"tok": torch.zeros(R, dtype=torch.long, device=devs[0]),
+              "pos": [torch.arange(R, device=d) for d in devs], "ar": [torch.arange(R, device=d) for d in devs],
+              "h": [torch.zeros(R, self.cfg.hidden, dtype=torch.float32, device=d) for d in devs],
+              "next": torch.zeros(R, dtype=torch.long, device=dev),
+              "draft": torch.zeros(R, dtype=torch.long, device=dev),
+              "out": torch.zeros(R, self.cfg.hidden, dtype=self.dtype, device=dev), "graphs": None}
         if self.use_graphs:
-            rb["graph"] = self._graph_of(lambda: self._run_rows(rb), dev)
+            rb["graphs"] = [self._graph_of(lambda s=s: self._run_rows(rb, s), d) for s, d in enumerate(devs)]
         self.rows[R] = rb
         return rb
 
@@ -355,11 +378,9 @@ class Qwen35Engine:
         while len(tokens) < max_new_tokens:
             drafts = drafter.propose([prompt + tokens], gamma)[0]
             rb["tok"].copy_(torch.tensor([tokens[-1]] + drafts))
-            torch.add(rb["ar"], p, out=rb["pos"])
-            if rb["graph"] is not None:
-                rb["graph"].replay()
-            else:
-                self._run_rows(rb)
+            for ar, pos in zip(rb["ar"], rb["pos"]):
+                torch.add(ar, p, out=pos)
+            self._rows_forward(rb)
             res = torch.cat([rb["next"], rb["draft"]]).tolist()
             nxt, nd = res[:R], res[R:]
             a = 0
@@ -383,7 +404,7 @@ class Qwen35Engine:
                  "acceptance_rate": sum(i * n for i, n in enumerate(hist)) / (gamma * rounds) if rounds else
                  float("nan")}
         return GenerateResult(tokens=tokens[:max_new_tokens], prefill_s=t1 - t0, decode_s=t2 - t1,
-                              cuda_graphs=self.graphs is not None and rb["graph"] is not None, mtp=stats,
+                              cuda_graphs=self.graphs is not None and rb["graphs"] is not None, mtp=stats,
                               info={"graph_error": self.graph_error, "compiled": self.fns.compiled,
                                     "compile_error": self.compile_error, "stages": [str(d) for d, _ in self.stages],
                                     "max_len": self.max_len, "dtype": str(self.dtype)})
@@ -417,7 +438,7 @@ class Qwen35Engine:
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
                  return_logits: bool = False, mtp: int | None = None) -> GenerateResult:
         """Prefill ``prompt`` (token ids) step by step, then decode ``max_new_tokens`` tokens. ``mtp``: draft
-        that many tokens per round with the NextN block and verify them (greedy, one stage; see the module
+        that many tokens per round with the NextN block and verify them (greedy; see the module
         docstring); ``result.mtp`` holds the rounds, tokens per step and the accepted-count histogram."""
         prompt = self._check_prompt(prompt, max_new_tokens)
         if mtp is not None:
@@ -430,8 +451,6 @@ class Qwen35Engine:
             if do_sample or return_logits:
                 raise ValueError("mtp drafts are verified greedily: do_sample and return_logits are not "
                                  "supported with mtp")
-            if len(self.stages) > 1:
-                raise ValueError(f"mtp runs on one stage; this engine has {len(self.stages)}")
             if not self._ready:
                 self._prepare()
             return self._generate_mtp(prompt, max_new_tokens, mtp)

@@ -450,6 +450,13 @@ def layer_tensor_names(cfg: Qwen35Config, i: int) -> list[str]:
     return [p + n for n in common + own]
 
 
+def nextn_bytes(f: GGUFFile, cfg: Qwen35Config) -> int:
+    """Bytes of the NextN (MTP) block's tensors in the file (0 without one)."""
+    if not cfg.n_nextn:
+        return 0
+    return sum(f.info(n).n_bytes for n in layer_tensor_names(cfg, cfg.n_layers) if n in f.tensors)
+
+
 def layer_bytes(f: GGUFFile, cfg: Qwen35Config) -> list[int]:
     """Bytes of each main layer's tensors in the file."""
     return [sum(f.info(n).n_bytes for n in layer_tensor_names(cfg, i) if n in f.tensors)
@@ -462,12 +469,18 @@ class Qwen35Model:
     ``devices``: one device per main layer (from :func:`t4lib.models.qwen35.split.plan_stages`
     for a split); the embedding lives with layer 0, the final norm and head with the last layer.
     ``mtp``: the file's NextN block as an :class:`~.mtp.MTPHead` (on the last layer's device), or None when
-    the file has none or ``from_gguf(mtp=False)``."""
+    the file has none or ``from_gguf(mtp=False)``. ``mtp_embed``: the embedding the block reads, on its device
+    (the model's own when that is the first layer's device, else a copy of the table there)."""
 
     def __init__(self, cfg: Qwen35Config, embed: Embedding, blocks: list[Block], output_norm, head: Linear,
                  devices: list, path: Path | None = None, mtp=None):
         self.cfg, self.embed, self.blocks, self.output_norm, self.head = cfg, embed, blocks, output_norm, head
         self.devices, self.path, self.mtp = devices, path, mtp
+        self.mtp_embed = None
+        if mtp is not None:
+            last = torch.device(devices[-1])
+            same = embed.rows.device == last
+            self.mtp_embed = embed if same else Embedding(embed.rows.to(last), embed.type, embed.vocab, embed.hidden)
 
     @classmethod
     def from_gguf(cls, path_or_file, device="cpu", devices: list | None = None,

@@ -113,7 +113,7 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> di
         out[f"mtp{g}"] = {"round_us": r.decode_s / r.mtp["rounds"] * 1e6, "rounds": r.mtp["rounds"],
                           "identical": j is None, "first_mismatch": j, "top2_gap_at_mismatch": gap,
                           "accepted_histogram": r.mtp["accepted_histogram"],
-                          "verify_us": graph_us(lambda: eng._run_rows(rb)),
+                          "verify_us": graph_us(lambda: eng._run_rows(rb, 0)),
                           "tokens_per_s_nothing_accepted": (len(r.tokens) - 1) / r.decode_s}
     out["mtp_step_us"] = graph_us(eng._run_mtp_step)
     del eng, model
