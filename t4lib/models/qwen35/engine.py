@@ -133,6 +133,7 @@ class Qwen35Engine:
         self.rows: dict[int, dict] = {}   # verify buffers and graphs per row count (generate(mtp=...))
         self.mtp_bufs: dict | None = None
         self.mtp_step_graph = None
+        self._first_draft: int | None = None   # the NextN block's pending first draft (generate(mtp=...))
         self.use_graphs = bool(cuda_graph) and all(d.type == "cuda" for d in devs)
         self.graphs = None
         self.graph_error: str | None = None
@@ -319,8 +320,7 @@ class Qwen35Engine:
             self.mtp_bufs = {"tok": long1(), "pos": long1(), "next": long1(), "chain": torch.zeros(
                 GEMV_MAX_M, dtype=torch.long, device=dev),
                 "hid": torch.zeros(1, self.cfg.hidden, dtype=self.dtype, device=dev)}
-            if self.use_graphs:
-                self.mtp_step_graph = self._graph_of(self._run_mtp_step, dev)
+            self.mtp_step_graph = self._try_graph(lambda: self._graph_of(self._run_mtp_step, dev))
         mixers = self._deltanet_mixers()
         if any(x.snap_state is None or x.snap_state.shape[0] < R for x in mixers):
             for x in mixers:   # the graphs of fewer rows hold the old snapshots: drop them
@@ -332,10 +332,22 @@ class Qwen35Engine:
               "next": torch.zeros(R, dtype=torch.long, device=dev),
               "draft": torch.zeros(R, dtype=torch.long, device=dev),
               "out": torch.zeros(R, self.cfg.hidden, dtype=self.dtype, device=dev), "graphs": None}
-        if self.use_graphs:
-            rb["graphs"] = [self._graph_of(lambda s=s: self._run_rows(rb, s), d) for s, d in enumerate(devs)]
+        rb["graphs"] = self._try_graph(
+            lambda: [self._graph_of(lambda s=s: self._run_rows(rb, s), d) for s, d in enumerate(devs)])
         self.rows[R] = rb
         return rb
+
+    def _try_graph(self, capture):
+        """``capture()`` when the engine uses CUDA graphs; on failure warn, record ``graph_error`` and return None
+        (the same work then runs eagerly)."""
+        if not self.use_graphs:
+            return None
+        try:
+            return capture()
+        except Exception as e:
+            self.graph_error = f"{type(e).__name__}: {e}"
+            warnings.warn(f"CUDA graph capture of the MTP verify failed, running it eagerly: {self.graph_error}")
+            return None
 
     def _mtp_drafts(self, k: int) -> list[int]:
         """The pending first draft and ``k - 1`` more from the NextN block's chain (for :class:`MTPDrafter`)."""
