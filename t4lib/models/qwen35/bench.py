@@ -311,8 +311,10 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
                            "first_difference": {g: first_diff(r.tokens) for g, r in mtp.items()},
                            "accepted_histograms": {g: r.mtp["accepted_histogram"] for g, r in mtp.items()}}
     del eng
-    out["passed"] = bool(out["mtp_vs_plain"]["same_tokens"] and out["graph_vs_eager"]["same_tokens"] and out["graph_vs_eager"]["rel_err"] < 1e-3
-                         and out["compiled_vs_uncompiled"]["rel_err"] < 1e-3 and out["two_stages_vs_one"]["same_tokens"] and out["fp16_vs_fp32_yardstick"]["rel_err"] < 2e-2)
+    out["passed"] = bool(out["mtp_vs_plain"]["same_tokens"]
+                         and out["graph_vs_eager"]["same_tokens"] and out["graph_vs_eager"]["rel_err"] < 1e-3
+                         and out["compiled_vs_uncompiled"]["rel_err"] < 1e-3 and out["two_stages_vs_one"]["same_tokens"]
+                         and out["fp16_vs_fp32_yardstick"]["rel_err"] < 2e-2)
     del model
     torch.cuda.empty_cache()
     return out

@@ -10,8 +10,8 @@ full-attention layers, GQA 4/2, DeltaNet 4 value over 2 key heads, tied embeddin
     loss = main next-token CE + 0.5 * MTP CE (row t predicts token t + 2)
 
 both weighted per target token as in :mod:`t4lib.models.tiny` (prompt tokens 0.1, answer tokens 1). The MTP
-reads the main model's final hidden states detached, as in Qwen3.5 itself: the main model is moved by the
-MTP loss only through the shared embedding and head.
+reads the main model's final hidden states detached: the main model is moved by the MTP loss only through the
+shared embedding and head.
 
 Command line::
 
@@ -58,7 +58,8 @@ _F32_MATRICES = ("linear_attn.in_proj_a.weight", "linear_attn.in_proj_b.weight")
 MTP_WEIGHT = 0.5
 PROMPT_WEIGHT = 0.1
 STEPS = 640     # about 0.75 s a step on 2 CPU cores (measured): training takes about 8 minutes
-# The same recipe at 640 steps on one GPU (fp32 weights), 3e-4 .. 8e-3: 3e-4 .. 7e-4 learned to copy (held-out
+# The same recipe at 640 steps on an H200 (fp32 weights; a sweep whose figures are not kept in results/),
+# learning rates 3e-4 .. 8e-3: 3e-4 .. 7e-4 learned to copy (held-out
 # main token accuracy 0.90-0.92, 7e-4 over two seeds); from 1e-3 up the main model stayed at 0.67-0.75. The MTP
 # block reached 0.65-0.69 at every rate (a 3x rate for its parameters alone did not help) and 0.79 at 1600
 # steps: it is short of steps, not of rate.

@@ -40,9 +40,9 @@ def causal_mask(T: int, dtype=torch.float32, device=None) -> torch.Tensor:
 
 class Qwen35MTP(nn.Module):
     """The MTP block (see the module docstring). ``forward(next_tokens [B, T], hidden [B, T, H], embed,
-    rotary, positions [B, T] or [3, B, T]) -> out [B, T, H]``: ``hidden`` is the main model's final (normed) hidden state at
-    ``positions``, ``next_tokens`` the token after each; ``lm_head(out)`` gives the logits of the token after
-    that. ``embed`` and ``rotary`` are the main model's ``embed_tokens`` and ``rotary_emb``."""
+    rotary, positions [B, T] or [3, B, T]) -> out [B, T, H]``: ``hidden`` is the main model's final (normed)
+    hidden state at ``positions``, ``next_tokens`` the token after each; ``lm_head(out)`` gives the logits of the
+    token after that. ``embed`` and ``rotary`` are the main model's ``embed_tokens`` and ``rotary_emb``."""
 
     def __init__(self, cfg):
         super().__init__()
