@@ -11,7 +11,7 @@ if not hasattr(transformers, "Qwen3_5ForCausalLM"):
 
 from t4lib.models.qwen35 import Qwen35Engine, Qwen35Model  # noqa: E402
 from t4lib.models.qwen35.convert import gguf_to_hf_state_dict, hf_to_gguf  # noqa: E402
-from t4lib.models.qwen35.oracle import PROMPT, check_mtp, random_hf, random_mtp, rel_err, tiny_config  # noqa: E402
+from t4lib.models.qwen35.oracle import PROMPT, check_mtp, random_hf, random_mtp, tiny_config  # noqa: E402
 from t4lib.quant.gguf import GGUFError, write_tiny_qwen35  # noqa: E402
 
 NEW = 40
@@ -65,17 +65,14 @@ def test_mtp_greedy_tokens_identical_on_the_synthetic_file(tmp_path, dtype):
         assert len(r.tokens) == NEW and sum(r.mtp["accepted_histogram"]) == r.mtp["rounds"]
 
 
-def test_rejections_roll_back_the_recurrent_state(case, monkeypatch):
-    """Drafts taken from the plain greedy output with every third round's draft corrupted: rows after a
-    rejection must be undone (DeltaNet snapshots, attention positions overwritten), or the tokens drift."""
+def force_drafts(monkeypatch, plain):
+    """Make MTPDrafter propose the plain greedy continuation, with the middle draft of every third round wrong;
+    returns a function that restarts the round count (so two engines see the same drafts)."""
     from t4lib.models.qwen35.mtp import MTPDrafter
 
-    _, _, _, _, path = case
-    eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=96, dtype=torch.float32)
-    plain = eng.generate(PROMPT, NEW).tokens
     calls = [0]
 
-    def oracle_drafts(self, contexts, k):
+    def propose(self, contexts, k):
         done = len(contexts[0]) - len(PROMPT)   # tokens generated so far
         d = (plain[done:done + k] + [0] * k)[:k]
         calls[0] += 1
@@ -83,7 +80,17 @@ def test_rejections_roll_back_the_recurrent_state(case, monkeypatch):
             d[k // 2] = (d[k // 2] + 1) % 96
         return [d]
 
-    monkeypatch.setattr(MTPDrafter, "propose", oracle_drafts)
+    monkeypatch.setattr(MTPDrafter, "propose", propose)
+    return lambda: calls.__setitem__(0, 0)
+
+
+def test_rejections_roll_back_the_recurrent_state(case, monkeypatch):
+    """Drafts taken from the plain greedy output with every third round's draft corrupted: rows after a
+    rejection must be undone (DeltaNet snapshots, attention positions overwritten), or the tokens drift."""
+    _, _, _, _, path = case
+    eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=96, dtype=torch.float32)
+    plain = eng.generate(PROMPT, NEW).tokens
+    force_drafts(monkeypatch, plain)
     for gamma in (1, 2, 4):
         r = eng.generate(PROMPT, NEW, mtp=gamma)
         assert r.tokens == plain, gamma
@@ -94,8 +101,6 @@ def test_rejections_roll_back_the_recurrent_state(case, monkeypatch):
 def test_two_stages_verify_and_roll_back_like_one(case, monkeypatch):
     """Layers over two stages (both on the CPU here): drafts verified across the boundary, rejections rolled back
     in both stages' DeltaNet layers; the same tokens and accepted counts as one stage."""
-    from t4lib.models.qwen35.mtp import MTPDrafter
-
     _, _, _, _, path = case
     one = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=96, dtype=torch.float32)
     two = Qwen35Engine.from_gguf(path, devices=["cpu", "cpu"], capacities=[None, None], max_len=96,
@@ -103,20 +108,9 @@ def test_two_stages_verify_and_roll_back_like_one(case, monkeypatch):
     assert len(two.stages) == 2 and two.model.mtp is not None
     plain = one.generate(PROMPT, NEW).tokens
     assert two.generate(PROMPT, NEW, mtp=2).tokens == plain
-    calls = [0]
-
-    def oracle_drafts(self, contexts, k):   # mostly right, every third round wrong in the middle
-        done = len(contexts[0]) - len(PROMPT)
-        d = (plain[done:done + k] + [0] * k)[:k]
-        calls[0] += 1
-        if calls[0] % 3 == 0:
-            d[k // 2] = (d[k // 2] + 1) % 96
-        return [d]
-
-    monkeypatch.setattr(MTPDrafter, "propose", oracle_drafts)
-    calls[0] = 0
+    restart = force_drafts(monkeypatch, plain)
     r1 = one.generate(PROMPT, NEW, mtp=3)
-    calls[0] = 0
+    restart()
     r2 = two.generate(PROMPT, NEW, mtp=3)
     assert r1.tokens == r2.tokens == plain
     assert r1.mtp["accepted_histogram"] == r2.mtp["accepted_histogram"]
