@@ -43,8 +43,41 @@ def copy_prompts(n: int, n_long: int = 0) -> list[list[int]]:
     return [tok(copy_doc(r)[0], add_special_tokens=False)["input_ids"] for r in recs]
 
 
-def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=GAMMAS, progress=None) -> dict:
-    """Plain greedy against ``mtp=gamma`` on each prompt, same engine (fp16 on CUDA, fp32 on CPU)."""
+def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dtype) -> dict:
+    """The peer: transformers' ``Qwen3_5ForCausalLM`` on the copy model's weights as the file stores them
+    (dequantized), greedy ``generate``; decode rate per prompt ``(new - 1) / (t(new) - t(1))``, summed."""
+    from transformers import Qwen3_5ForCausalLM
+
+    from ... import bench
+    from ..tiny import load_tokenizer
+    from .convert import gguf_to_hf_state_dict
+    from .copy_model import copy_config
+
+    cfg = copy_config(load_tokenizer())
+    cfg._attn_implementation = "sdpa"
+    m = Qwen3_5ForCausalLM(cfg).eval()
+    m.load_state_dict(gguf_to_hf_state_dict(copy_model_path(), cfg))
+    m = m.to(device=device, dtype=dtype)
+    args = dict(do_sample=False, pad_token_id=cfg.pad_token_id, eos_token_id=None)
+    tokens, seconds, outs = 0, 0.0, []
+
+    def gen(ids, n):
+        with torch.no_grad():
+            return m.generate(ids, max_new_tokens=n, min_new_tokens=n, **args)
+
+    for p in prompts:
+        ids = torch.tensor([p], device=device)
+        outs.append(gen(ids, new)[0, len(p):].tolist())
+        seconds += bench.wall_time(lambda: gen(ids, new), reps=1) - bench.wall_time(lambda: gen(ids, 1), reps=1)
+        tokens += new - 1
+    del m
+    return {"tokens_per_s": tokens / seconds, "tokens": outs}
+
+
+def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=GAMMAS, progress=None,
+                       hf: bool = True) -> dict:
+    """Plain greedy against ``mtp=gamma`` on each prompt, same engine (fp16 on CUDA, fp32 on CPU), and with
+    ``hf`` transformers' greedy ``generate`` on the same weights in the same process (:func:`measure_hf`)."""
     dtype = torch.float16 if device.startswith("cuda") else torch.float32
     eng = Qwen35Engine.from_gguf(copy_model_path(), devices=[device], max_len=max(map(len, prompts)) + new + 8,
                                  dtype=dtype)
@@ -55,8 +88,10 @@ def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=G
     for g in gammas:
         rows[f"mtp{g}"] = {"tokens": 0, "decode_s": 0.0, "identical": 0, "rounds": 0, "hist": [0] * (g + 1),
                            "first_mismatch": []}
+    plains = []
     for i, p in enumerate(prompts):
         plain = eng.generate(p, new)
+        plains.append(plain.tokens)
         rows["plain"]["tokens"] += len(plain.tokens) - 1
         rows["plain"]["decode_s"] += plain.decode_s
         for g in gammas:
@@ -76,10 +111,15 @@ def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=G
     out = {"prompts": len(prompts), "new_tokens": new, "device": device, "dtype": str(dtype),
            "cuda_graphs": eng.graphs is not None, "plain_tokens_per_s": rows["plain"]["tokens"] /
            rows["plain"]["decode_s"]}
+    if hf:
+        peer = measure_hf(prompts, new, device, dtype)
+        out["hf_tokens_per_s"] = peer["tokens_per_s"]
+        out["hf_identical_fraction"] = sum(a == b for a, b in zip(peer["tokens"], plains)) / len(prompts)
     for g in gammas:
         row = rows[f"mtp{g}"]
         rate = row["tokens"] / row["decode_s"]
         out[f"mtp{g}"] = {"tokens_per_s": rate, "speedup_vs_plain": rate / out["plain_tokens_per_s"],
+                          "speedup_vs_hf": rate / out["hf_tokens_per_s"] if hf else None,
                           "tokens_per_step": row["tokens"] / row["rounds"], "accepted_histogram": row["hist"],
                           "identical_fraction": row["identical"] / len(prompts),
                           "first_mismatch": row["first_mismatch"][:10]}
@@ -191,7 +231,13 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
             f"held-out copy/edit prompts, {new} greedy tokens, {copy['dtype']}, {dev}, CUDA graphs "
             f"{copy['cuda_graphs']}; tokens/s = generated tokens after the first / decode time, summed over prompts")
     figs = [results.figure("qwen35_engine/mtp/copy/plain/decode_tokens_per_s", copy["plain_tokens_per_s"],
-                           "tokens/s", "MEASURED", SOURCE, note=note)]
+                           "tokens/s", "MEASURED", SOURCE, note=note),
+            results.figure("qwen35_engine/mtp/copy/hf/decode_tokens_per_s", copy["hf_tokens_per_s"], "tokens/s",
+                           "MEASURED", SOURCE, note=note + "; transformers' Qwen3_5ForCausalLM greedy generate on the "
+                           "file's weights dequantized, same process, (new - 1) / (t(new) - t(1)) per prompt"),
+            results.figure("qwen35_engine/mtp/copy/hf/identical_fraction", copy["hf_identical_fraction"],
+                           "fraction", "MEASURED", SOURCE, note=note + "; prompts whose plain greedy tokens equal "
+                           "transformers' generate")]
     for g in GAMMAS:
         c = copy[f"mtp{g}"]
         figs += [results.figure(f"qwen35_engine/mtp/copy/gamma{g}/tokens_per_step", c["tokens_per_step"], "tokens",
@@ -200,6 +246,8 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
                                 "tokens/s", "MEASURED", SOURCE, note=note),
                  results.figure(f"qwen35_engine/mtp/copy/gamma{g}/speedup_vs_plain", c["speedup_vs_plain"], "x",
                                 "ARITHMETIC", SOURCE, note=note + "; against plain greedy in the same process"),
+                 results.figure(f"qwen35_engine/mtp/copy/gamma{g}/speedup_vs_hf", c["speedup_vs_hf"], "x",
+                                "ARITHMETIC", SOURCE, note=note + "; against transformers' generate in the same process"),
                  results.figure(f"qwen35_engine/mtp/copy/gamma{g}/identical_fraction", c["identical_fraction"],
                                 "fraction", "MEASURED", SOURCE, note=note + "; prompts whose tokens equal plain greedy")]
     best = max(GAMMAS, key=lambda g: copy[f"mtp{g}"]["tokens_per_step"])
