@@ -68,7 +68,7 @@ def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dty
     for p in prompts:
         ids = torch.tensor([p], device=device)
         outs.append(gen(ids, new)[0, len(p):].tolist())
-        seconds += bench.wall_time(lambda: gen(ids, new), reps=1) - bench.wall_time(lambda: gen(ids, 1), reps=1)
+        seconds += bench.wall_time(lambda: gen(ids, new)) - bench.wall_time(lambda: gen(ids, 1))   # medians of 3
         tokens += new - 1
     del m
     return {"tokens_per_s": tokens / seconds, "tokens": outs}
