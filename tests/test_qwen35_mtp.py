@@ -106,6 +106,7 @@ def test_two_stages_verify_and_roll_back_like_one(case, monkeypatch):
     two = Qwen35Engine.from_gguf(path, devices=["cpu", "cpu"], capacities=[None, None], max_len=96,
                                  dtype=torch.float32)
     assert len(two.stages) == 2 and two.model.mtp is not None
+    assert one.model.mtp_embed is one.model.embed   # one device: the block shares the table, no copy
     plain = one.generate(PROMPT, NEW).tokens
     assert two.generate(PROMPT, NEW, mtp=2).tokens == plain
     restart = force_drafts(monkeypatch, plain)

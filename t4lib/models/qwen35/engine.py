@@ -322,7 +322,7 @@ class Qwen35Engine:
                 "hid": torch.zeros(1, self.cfg.hidden, dtype=self.dtype, device=dev)}
             self.mtp_step_graph = self._try_graph(lambda: self._graph_of(self._run_mtp_step, dev))
         mixers = self._deltanet_mixers()
-        if any(x.snap_state is None or x.snap_state.shape[0] < R for x in mixers):
+        if any(x.snap_state is None or x.snap_state.shape[0] < R - 1 for x in mixers):
             for x in mixers:   # the graphs of fewer rows hold the old snapshots: drop them
                 x.allocate_snapshots(R)
             self.rows.clear()

@@ -371,10 +371,11 @@ class DeltaNetMixer:
         self.conv_state.zero_()
 
     def allocate_snapshots(self, rows: int) -> None:
-        """Room for the state and conv state after each of up to ``rows`` rows of one call."""
-        self.snap_state = torch.empty((rows,) + tuple(self.state.shape[1:]), dtype=self.state.dtype,
+        """Room for the state and conv state after each row but the last of calls of up to ``rows`` rows (after
+        the last row the state itself is that row's)."""
+        self.snap_state = torch.empty((rows - 1,) + tuple(self.state.shape[1:]), dtype=self.state.dtype,
                                       device=self.state.device)
-        self.snap_conv = torch.empty((rows,) + tuple(self.conv_state.shape[1:]), dtype=self.conv_state.dtype,
+        self.snap_conv = torch.empty((rows - 1,) + tuple(self.conv_state.shape[1:]), dtype=self.conv_state.dtype,
                                      device=self.conv_state.device)
 
     def restore(self, row: int) -> None:
@@ -396,12 +397,12 @@ class DeltaNetMixer:
         R = x.shape[0]
         if R == 1:
             return self.out(self._step(qkv, z, a, b, x.dtype))
-        if self.snap_state is not None and R > self.snap_state.shape[0]:
-            raise ValueError(f"{R} rows but snapshots for {self.snap_state.shape[0]}")
+        if self.snap_state is not None and R - 1 > self.snap_state.shape[0]:
+            raise ValueError(f"{R} rows but snapshots for calls of {self.snap_state.shape[0] + 1}")
         outs = []
         for i in range(R):   # the recurrence is sequential in the position
             outs.append(self._step(qkv[i:i + 1], z[i:i + 1], a[i:i + 1], b[i:i + 1], x.dtype))
-            if self.snap_state is not None and i < R - 1:   # after the last row the state itself is that row's
+            if self.snap_state is not None and i < R - 1:
                 self.snap_state[i].copy_(self.state[0])
                 self.snap_conv[i].copy_(self.conv_state[0])
         return self.out(torch.cat(outs))
@@ -477,10 +478,10 @@ class Qwen35Model:
         self.cfg, self.embed, self.blocks, self.output_norm, self.head = cfg, embed, blocks, output_norm, head
         self.devices, self.path, self.mtp = devices, path, mtp
         self.mtp_embed = None
-        if mtp is not None:
-            last = torch.device(devices[-1])
-            same = embed.rows.device == last
-            self.mtp_embed = embed if same else Embedding(embed.rows.to(last), embed.type, embed.vocab, embed.hidden)
+        if mtp is not None:   # compared on tensors: a device given as "cuda" has no index, its tensors do
+            dev = mtp.enorm.device
+            self.mtp_embed = embed if embed.rows.device == dev else Embedding(embed.rows.to(dev), embed.type,
+                                                                                embed.vocab, embed.hidden)
 
     @classmethod
     def from_gguf(cls, path_or_file, device="cpu", devices: list | None = None,
