@@ -75,51 +75,64 @@ def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dty
 
 
 def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=GAMMAS, progress=None,
-                       hf: bool = True) -> dict:
+                       hf: bool = True, hf_prompts: int | None = None) -> dict:
     """Plain greedy against ``mtp=gamma`` on each prompt, same engine (fp16 on CUDA, fp32 on CPU), and with
-    ``hf`` transformers' greedy ``generate`` on the same weights in the same process (:func:`measure_hf`)."""
+    ``hf`` transformers' greedy ``generate`` on the same weights in the same process (:func:`measure_hf`), on
+    the first ``hf_prompts`` prompts (all when None; its rate is per token, so a subset measures it)."""
     dtype = torch.float16 if device.startswith("cuda") else torch.float32
     eng = Qwen35Engine.from_gguf(copy_model_path(), devices=[device], max_len=max(map(len, prompts)) + new + 8,
                                  dtype=dtype)
     eng.generate(prompts[0], 4)   # warm-up: compiles, packs, captures the graphs
     for g in gammas:
         eng.generate(prompts[0], 4, mtp=g)
-    rows = {"plain": {"tokens": 0, "decode_s": 0.0}}
+    n_sub = len(prompts[:hf_prompts]) if hf else 0
+    rows = {"plain": {"tokens": 0, "decode_s": 0.0, "sub_tokens": 0, "sub_s": 0.0}}
     for g in gammas:
-        rows[f"mtp{g}"] = {"tokens": 0, "decode_s": 0.0, "identical": 0, "rounds": 0, "hist": [0] * (g + 1),
-                           "first_mismatch": []}
+        rows[f"mtp{g}"] = {"tokens": 0, "decode_s": 0.0, "sub_tokens": 0, "sub_s": 0.0, "identical": 0, "rounds": 0,
+                           "hist": [0] * (g + 1), "first_mismatch": []}
+
+    def count(row, r, i):
+        row["tokens"] += len(r.tokens) - 1
+        row["decode_s"] += r.decode_s
+        if i < n_sub:   # the prompts the transformers peer also runs
+            row["sub_tokens"] += len(r.tokens) - 1
+            row["sub_s"] += r.decode_s
+
     plains = []
     for i, p in enumerate(prompts):
         plain = eng.generate(p, new)
         plains.append(plain.tokens)
-        rows["plain"]["tokens"] += len(plain.tokens) - 1
-        rows["plain"]["decode_s"] += plain.decode_s
+        count(rows["plain"], plain, i)
         for g in gammas:
             r = eng.generate(p, new, mtp=g)
             row = rows[f"mtp{g}"]
-            row["tokens"] += len(r.tokens) - 1
-            row["decode_s"] += r.decode_s
+            count(row, r, i)
             row["rounds"] += r.mtp["rounds"]
             row["hist"] = [a + b for a, b in zip(row["hist"], r.mtp["accepted_histogram"])]
             if r.tokens == plain.tokens:
                 row["identical"] += 1
-            else:
+            else:   # where they part, and plain greedy's top-2 logit gap there (over max |logit|)
                 j = next(k for k, (a, b) in enumerate(zip(r.tokens, plain.tokens)) if a != b)
-                row["first_mismatch"].append({"prompt": i, "position": j})
+                lg = eng.generate(p, new, return_logits=True).logits[j].float()
+                top = lg.topk(2).values
+                row["first_mismatch"].append({"prompt": i, "position": j,
+                                              "top2_gap": float((top[0] - top[1]) / lg.abs().max())})
         if progress is not None:
             progress.update(1)
     out = {"prompts": len(prompts), "new_tokens": new, "device": device, "dtype": str(dtype),
            "cuda_graphs": eng.graphs is not None, "plain_tokens_per_s": rows["plain"]["tokens"] /
            rows["plain"]["decode_s"]}
     if hf:
-        peer = measure_hf(prompts, new, device, dtype)
+        peer = measure_hf(prompts[:n_sub], new, device, dtype)
+        out["hf_prompts"] = n_sub
         out["hf_tokens_per_s"] = peer["tokens_per_s"]
-        out["hf_identical_fraction"] = sum(a == b for a, b in zip(peer["tokens"], plains)) / len(prompts)
+        out["hf_identical_fraction"] = sum(a == b for a, b in zip(peer["tokens"], plains)) / n_sub
+        out["plain_speedup_vs_hf"] = rows["plain"]["sub_tokens"] / rows["plain"]["sub_s"] / peer["tokens_per_s"]
     for g in gammas:
         row = rows[f"mtp{g}"]
         rate = row["tokens"] / row["decode_s"]
         out[f"mtp{g}"] = {"tokens_per_s": rate, "speedup_vs_plain": rate / out["plain_tokens_per_s"],
-                          "speedup_vs_hf": rate / out["hf_tokens_per_s"] if hf else None,
+                          "speedup_vs_hf": row["sub_tokens"] / row["sub_s"] / out["hf_tokens_per_s"] if hf else None,
                           "tokens_per_step": row["tokens"] / row["rounds"], "accepted_histogram": row["hist"],
                           "identical_fraction": row["identical"] / len(prompts),
                           "first_mismatch": row["first_mismatch"][:10]}
@@ -225,7 +238,7 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
     n, n_long, new = (40, 10, 96) if gpu else (10, 2, 48)
     prompts = copy_prompts(n, n_long)
     with tqdm(total=len(prompts), desc="copy prompts") as bar:
-        copy = measure_copy_model(prompts, new, "cuda" if gpu else "cpu", progress=bar)
+        copy = measure_copy_model(prompts, new, "cuda" if gpu else "cpu", progress=bar, hf_prompts=8 if gpu else None)
     dev = hw.device_info()["name"] if gpu else "CPU"
     note = (f"qwen35-copy (data/models/qwen35-copy: 4 layers, NextN block trained on copy tasks), {copy['prompts']} "
             f"held-out copy/edit prompts, {new} greedy tokens, {copy['dtype']}, {dev}, CUDA graphs "
@@ -234,10 +247,14 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
                            "tokens/s", "MEASURED", SOURCE, note=note),
             results.figure("qwen35_engine/mtp/copy/hf/decode_tokens_per_s", copy["hf_tokens_per_s"], "tokens/s",
                            "MEASURED", SOURCE, note=note + "; transformers' Qwen3_5ForCausalLM greedy generate on the "
-                           "file's weights dequantized, same process, (new - 1) / (t(new) - t(1)) per prompt"),
+                           f"file's weights dequantized, same process, on the first {copy['hf_prompts']} prompts, "
+                           "(new - 1) / (t(new) - t(1)) per prompt"),
             results.figure("qwen35_engine/mtp/copy/hf/identical_fraction", copy["hf_identical_fraction"],
-                           "fraction", "MEASURED", SOURCE, note=note + "; prompts whose plain greedy tokens equal "
-                           "transformers' generate")]
+                           "fraction", "MEASURED", SOURCE, note=note + f"; of the first {copy['hf_prompts']} prompts, those whose "
+                           "plain greedy tokens equal transformers' generate"),
+            results.figure("qwen35_engine/mtp/copy/plain/speedup_vs_hf", copy["plain_speedup_vs_hf"], "x",
+                           "ARITHMETIC", SOURCE, note=note + "; plain greedy against transformers' generate in the "
+                           f"same process, both on the first {copy['hf_prompts']} prompts")]
     for g in GAMMAS:
         c = copy[f"mtp{g}"]
         figs += [results.figure(f"qwen35_engine/mtp/copy/gamma{g}/tokens_per_step", c["tokens_per_step"], "tokens",
@@ -247,7 +264,8 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
                  results.figure(f"qwen35_engine/mtp/copy/gamma{g}/speedup_vs_plain", c["speedup_vs_plain"], "x",
                                 "ARITHMETIC", SOURCE, note=note + "; against plain greedy in the same process"),
                  results.figure(f"qwen35_engine/mtp/copy/gamma{g}/speedup_vs_hf", c["speedup_vs_hf"], "x",
-                                "ARITHMETIC", SOURCE, note=note + "; against transformers' generate in the same process"),
+                                "ARITHMETIC", SOURCE, note=note + "; against transformers' generate in the same process, "
+                                f"both on the first {copy['hf_prompts']} prompts"),
                  results.figure(f"qwen35_engine/mtp/copy/gamma{g}/identical_fraction", c["identical_fraction"],
                                 "fraction", "MEASURED", SOURCE, note=note + "; prompts whose tokens equal plain greedy")]
     best = max(GAMMAS, key=lambda g: copy[f"mtp{g}"]["tokens_per_step"])
