@@ -168,7 +168,13 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> di
                           "accepted_histogram": r.mtp["accepted_histogram"],
                           "verify_us": graph_us(lambda: eng._run_rows(rb, 0)),
                           "tokens_per_s_nothing_accepted": (len(r.tokens) - 1) / r.decode_s}
-    out["mtp_step_us"] = graph_us(eng._run_mtp_step)
+    bufs, p0 = eng.mtp_bufs, prompt_len + new // 2
+
+    def chain_step():   # the step advances its position: each replay starts again from p0 (one tiny fill kernel)
+        bufs["pos"].fill_(p0)
+        eng._run_mtp_step()
+
+    out["mtp_step_us"] = graph_us(chain_step)
     del eng, model
     torch.cuda.empty_cache()
     return out
@@ -287,15 +293,21 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
                  f"{g + 1} rows run at the bandwidth of one"))
     if not gpu:   # the oracle runs transformers on the CPU (with fla installed it would take the CUDA kernels)
         figs += oracle_figures(checks)
+    big = None
     if gpu:
-        big = measure_27b_rounds()
-        checks["27b"] = big
+        try:
+            big = measure_27b_rounds()
+            checks["27b"] = big
+        except Exception as e:   # keep the copy-model figures; the error is recorded beside them
+            checks["errors"] = {"27b": f"{type(e).__name__}: {e}"}
+    if big is not None:
         bnote = (f"27B shape, random weights in the file's quant mix with a NextN block, {dev}, CUDA graphs; "
                  "nothing is accepted with random weights, so a round commits one token")
         figs.append(results.figure("qwen35_engine/mtp/27b-shape/plain_step_us", big["plain_step_us"], "us",
                                    "MEASURED", SOURCE, note=bnote))
         figs.append(results.figure("qwen35_engine/mtp/27b-shape/mtp_step_us", big["mtp_step_us"], "us", "MEASURED",
-                                   SOURCE, note=bnote + "; one NextN chain step (block + head), graph replay"))
+                                   SOURCE, note=bnote + "; one NextN chain step (block + head), graph replay, with "
+                                   "the fill that resets its position"))
         for g in GAMMAS:
             b, c = big[f"mtp{g}"], copy[f"mtp{g}"]
             figs += [results.figure(f"qwen35_engine/mtp/27b-shape/gamma{g}/round_us", b["round_us"], "us",
