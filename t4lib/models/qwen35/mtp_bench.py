@@ -139,13 +139,14 @@ def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=G
     return out
 
 
-def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS) -> dict:
+def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS, activations: str = "fp16") -> dict:
     """Plain decode against ``mtp=gamma`` on the 27B shape with random weights (nothing accepted), and the
-    parts of a round as graph replays: the verify forward of gamma + 1 rows, one NextN chain step."""
+    parts of a round as graph replays: the verify forward of gamma + 1 rows, one NextN chain step;
+    ``activations``: the GEMVs' (:class:`.model.Linear`)."""
     from .bench import config_27b, graph_us, random_model
 
     cfg = config_27b()
-    model = random_model(cfg, mtp=True)
+    model = random_model(cfg, mtp=True, activations=activations)
     prompt = list(range(1, prompt_len + 1))
     eng = Qwen35Engine(model, max_len=prompt_len + new + 8, dtype=torch.float16)
     eng.generate(prompt, 4)
