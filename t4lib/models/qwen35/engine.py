@@ -334,6 +334,13 @@ class Qwen35Engine:
               "out": torch.zeros(R, self.cfg.hidden, dtype=self.dtype, device=dev), "graphs": None}
         rb["graphs"] = self._try_graph(
             lambda: [self._graph_of(lambda s=s: self._run_rows(rb, s), d) for s, d in enumerate(devs)])
+        # a rejection's restore, one graph per accepted count and device: from Python it is two copies per
+        # DeltaNet layer, launched while the GPU waits for the next round
+        by_dev = {}
+        for x in mixers:
+            by_dev.setdefault(x.state.device, []).append(x)
+        rb["restore"] = self._try_graph(lambda: [[self._graph_of(lambda a=a, xs=xs: [x.restore(a) for x in xs], d)
+                                                  for d, xs in by_dev.items()] for a in range(R - 1)])
         self.rows[R] = rb
         return rb
 
@@ -401,8 +408,12 @@ class Qwen35Engine:
             tokens += drafts[:a] + [nxt[a]]
             hist[a] += 1
             if a < gamma:   # rows after a are rejected: the recurrent state as it was after row a
-                for x in mixers:
-                    x.restore(a)
+                if rb["restore"] is not None:
+                    for g in rb["restore"][a]:
+                        g.replay()
+                else:
+                    for x in mixers:
+                        x.restore(a)
             p += a + 1
             self._first_draft = nd[a]   # next round: the block's draft from row a, its state, position p
             b["tok"].copy_(rb["draft"][a:a + 1])

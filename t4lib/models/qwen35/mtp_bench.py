@@ -17,6 +17,7 @@ Two measurements, because random weights accept nothing and a small model says l
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 from pathlib import Path
 
@@ -177,6 +178,7 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS, activ
 
     out["mtp_step_us"] = graph_us(chain_step)
     del eng, model
+    gc.collect()   # the next model of this shape needs the memory back
     torch.cuda.empty_cache()
     return out
 
@@ -234,6 +236,41 @@ def round_bytes_27b(gamma: int) -> dict:
     plain = weights + state
     rnd = weights + rows * state + (rows - 1) * snapshot + (nextn + head) * gamma
     return {"plain": plain, "round": rnd, "weights": weights, "head": head, "nextn": nextn, "state": state}
+
+
+def rounds_figures(copy: dict, checks: dict, dev: str) -> list[dict]:
+    """:func:`measure_27b_rounds` with fp16 and with int8 activations as figures (int8 under ``27b-shape/int8/``);
+    a failing measurement is recorded in ``checks["errors"]`` and leaves the others."""
+    figs = []
+    for act, prefix in (("fp16", "qwen35_engine/mtp/27b-shape"), ("int8", "qwen35_engine/mtp/27b-shape/int8")):
+        try:
+            big = measure_27b_rounds(activations=act)
+        except Exception as e:   # keep the copy-model figures; the error is recorded beside them
+            checks.setdefault("errors", {})[f"27b_{act}"] = f"{type(e).__name__}: {e}"
+            continue
+        checks["27b" if act == "fp16" else "27b_int8"] = big
+        bnote = (f"27B shape, random weights in the file's quant mix with a NextN block, {act} activations into "
+                 f"the GEMVs, {dev}, CUDA graphs; nothing is accepted with random weights, so a round commits one "
+                 "token and restores the DeltaNet state")
+        figs.append(results.figure(f"{prefix}/plain_step_us", big["plain_step_us"], "us", "MEASURED", SOURCE,
+                                   note=bnote))
+        figs.append(results.figure(f"{prefix}/mtp_step_us", big["mtp_step_us"], "us", "MEASURED", SOURCE,
+                                   note=bnote + "; one NextN chain step (block + head), graph replay, with the fill "
+                                   "that resets its position"))
+        for g in GAMMAS:
+            b, c = big[f"mtp{g}"], copy[f"mtp{g}"]
+            figs += [results.figure(f"{prefix}/gamma{g}/round_us", b["round_us"], "us", "MEASURED", SOURCE,
+                                    note=bnote + "; decode time / rounds"),
+                     results.figure(f"{prefix}/gamma{g}/verify_us", b["verify_us"], "us", "MEASURED", SOURCE,
+                                    note=bnote + f"; the verify forward of {g + 1} rows and the NextN block over "
+                                    "them, graph replay")]
+            proj = c["tokens_per_step"] * big["plain_step_us"] / b["round_us"]
+            figs.append(results.figure(
+                f"{prefix}/gamma{g}/projected_speedup", proj, "x", "ESTIMATED", SOURCE,
+                note=f"the copy model's tokens per step ({c['tokens_per_step']:.2f}) x plain step / round time at the "
+                     f"27B shape ({act} activations, {dev}); assumes a 27B model's NextN block accepts as often as "
+                     "the copy model's"))
+    return figs
 
 
 def run(out_dir, profile: str = "gpu") -> list[dict]:
@@ -294,33 +331,8 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
                  f"{g + 1} rows run at the bandwidth of one"))
     if not gpu:   # the oracle runs transformers on the CPU (with fla installed it would take the CUDA kernels)
         figs += oracle_figures(checks)
-    big = None
     if gpu:
-        try:
-            big = measure_27b_rounds()
-            checks["27b"] = big
-        except Exception as e:   # keep the copy-model figures; the error is recorded beside them
-            checks["errors"] = {"27b": f"{type(e).__name__}: {e}"}
-    if big is not None:
-        bnote = (f"27B shape, random weights in the file's quant mix with a NextN block, {dev}, CUDA graphs; "
-                 "nothing is accepted with random weights, so a round commits one token")
-        figs.append(results.figure("qwen35_engine/mtp/27b-shape/plain_step_us", big["plain_step_us"], "us",
-                                   "MEASURED", SOURCE, note=bnote))
-        figs.append(results.figure("qwen35_engine/mtp/27b-shape/mtp_step_us", big["mtp_step_us"], "us", "MEASURED",
-                                   SOURCE, note=bnote + "; one NextN chain step (block + head), graph replay, with "
-                                   "the fill that resets its position"))
-        for g in GAMMAS:
-            b, c = big[f"mtp{g}"], copy[f"mtp{g}"]
-            figs += [results.figure(f"qwen35_engine/mtp/27b-shape/gamma{g}/round_us", b["round_us"], "us",
-                                    "MEASURED", SOURCE, note=bnote + "; decode time / rounds"),
-                     results.figure(f"qwen35_engine/mtp/27b-shape/gamma{g}/verify_us", b["verify_us"], "us",
-                                    "MEASURED", SOURCE, note=bnote + f"; the verify forward of {g + 1} rows and the "
-                                    "NextN block over them, graph replay")]
-            proj = c["tokens_per_step"] * big["plain_step_us"] / b["round_us"]
-            figs.append(results.figure(
-                f"qwen35_engine/mtp/27b-shape/gamma{g}/projected_speedup", proj, "x", "ESTIMATED", SOURCE,
-                note=f"the copy model's tokens per step ({c['tokens_per_step']:.2f}) x plain step / round time at the "
-                     "27B shape; assumes a 27B model's NextN block accepts as often as the copy model's"))
+        figs += rounds_figures(copy, checks, dev)
     results.write(Path(out_dir) / "qwen35_mtp.json", figs, checks=checks)
     return figs
 
