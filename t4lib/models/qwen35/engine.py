@@ -26,8 +26,8 @@ The verify forward also runs the NextN block over the same rows (its cache stays
 next round's first draft. Only the target's own choices are kept, so in exact arithmetic the tokens are the
 plain greedy ones (the CPU tests check it in fp32 and fp16). On a GPU the verify rows go through the
 multi-row GEMVs, whose fp16 outputs may round differently from a single row's, so a near-tie between the
-top two logits can go the other way: on the H200 at the 27B widths with random weights the tokens did
-differ from plain greedy (``gpu_checks``, ``mtp_vs_plain``).
+top two logits can go the other way (``gpu_checks``, ``mtp_vs_plain``, records where and the gap: on the H200
+at the 27B widths with random weights, an exact tie).
 """
 from __future__ import annotations
 
