@@ -107,6 +107,8 @@ def test_two_stages_verify_and_roll_back_like_one(case, monkeypatch):
                                  dtype=torch.float32)
     assert len(two.stages) == 2 and two.model.mtp is not None
     assert one.model.mtp_embed is one.model.embed   # one device: the block shares the table, no copy
+    assert two.model.mtp_embed is two.model.embed   # two stages on one device share it too
+    assert sum(two.plan.stage_bytes) == sum(one.plan.stage_bytes)   # so the plan counts no copy of it
     plain = one.generate(PROMPT, NEW).tokens
     assert two.generate(PROMPT, NEW, mtp=2).tokens == plain
     restart = force_drafts(monkeypatch, plain)

@@ -90,6 +90,15 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
     return torch.multinomial(probs, 1, generator=generator).view(1)
 
 
+def _same_device(a: torch.device, b: torch.device) -> bool:
+    """Whether two devices are one (a CUDA device given without an index is the current one)."""
+    def key(d):
+        if d.type == "cuda" and d.index is None:
+            return (d.type, torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        return (d.type, d.index)
+    return key(a) == key(b)
+
+
 class Qwen35Engine:
     """Generation over a :class:`Qwen35Model` (see the module docstring)."""
 
@@ -163,10 +172,10 @@ class Qwen35Engine:
         embed = f.info("token_embd.weight").n_bytes
         head = embed if cfg.tied else f.info("output.weight").n_bytes
         nextn = nextn_bytes(f, cfg) if mtp else 0
-        if nextn:   # the NextN block, its KV cache and, on a split, its own copy of the embedding table
+        if nextn:   # the NextN block, its KV cache and, when the last stage is on another device, a table copy
             nextn += cache_bytes_per_layer(cfg, max_len, dtype)[cfg.layer_types.index("attention")] \
                 if "attention" in cfg.layer_types else 0
-            nextn += embed if len(devices) > 1 else 0
+            nextn += 0 if _same_device(devices[0], devices[-1]) else embed
         caps = device_capacities(devices) if capacities is None else list(capacities)
         plan = plan_stages(per_layer, len(devices), caps, first_extra=embed,
                            last_extra=head + 4 * cfg.hidden + nextn)
