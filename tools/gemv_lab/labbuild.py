@@ -5,9 +5,14 @@ than its .cu, the labs' headers and the library's kernel sources, is loaded inst
 not spent compiling: build it with ``python tools/gemv_lab/labbuild.py NAME.cu`` and carry tools/gemv_lab/build.
 ``--before COMMIT NAME.cu`` builds build/<stem>_before.so instead: the lab against the kernels/ of COMMIT, for a lab
 that times a library change against the library of that commit in one process (gguf_raw_lab.py).
+``--ptxas NAME.cu`` compiles with ``-Xptxas -v`` and writes $OUT/<stem>_ptxas.json (a lab record): registers and
+spill bytes of every sm_75 kernel of the lab, the T4's own allocation (an H200 JIT-compiles the PTX for itself).
 """
 import ctypes
 import io
+import json
+import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -45,6 +50,27 @@ def _newest_source(src: Path) -> float:
     return max(f.stat().st_mtime for f in files)
 
 
+def ptxas(cu_name: str) -> list[dict]:
+    """Registers, spill stores/loads (bytes) and stack frame of every kernel of a lab, for sm_75."""
+    src = _source(cu_name)
+    with tempfile.TemporaryDirectory() as d:
+        flags = [f for f in _build.NVCC_FLAGS if f != "--shared"]
+        log = _build._run_nvcc([*flags, "-c", "-Xptxas", "-v", "-I", str(_build.kernels_dir()),
+                                "-o", str(Path(d) / "lab.o"), str(src)], src.name)
+    rows = []
+    for line in log.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)' for 'sm_75'", line)
+        if m:
+            name = subprocess.run(["c++filt", m.group(1)], capture_output=True, text=True).stdout.strip()
+            rows.append({"kernel": name or m.group(1)})
+        elif rows and (m := re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads",
+                                      line)):
+            rows[-1].update(zip(("stack", "spill_stores", "spill_loads"), map(int, m.groups())))
+        elif rows and (m := re.search(r"Used (\d+) registers", line)):
+            rows[-1]["registers"] = int(m.group(1))
+    return rows
+
+
 def load(cu_name: str) -> ctypes.CDLL:
     src = _source(cu_name)
     pre = src.parent / "build" / f"{src.stem}.so"
@@ -55,6 +81,17 @@ def load(cu_name: str) -> ctypes.CDLL:
 
 if __name__ == "__main__":
     args, before = sys.argv[1:], None
+    if args[:1] == ["--ptxas"]:
+        from t4lib.results import lab_record
+
+        for name in args[1:]:
+            rec = lab_record(" ".join(["python", *sys.argv]))
+            rec["device"] = "none: nvcc -Xptxas -v for sm_75 (the T4's register allocation)"
+            rec["kernels"] = ptxas(name)
+            out = Path(os.environ.get("OUT", ".")) / f"{Path(name).stem}_ptxas.json"
+            out.write_text(json.dumps(rec, indent=1))
+            print(out, len(rec["kernels"]), "kernels")
+        sys.exit(0)
     if args[:1] == ["--before"]:
         before, args = args[1], args[2:]
     for name in args:
