@@ -85,7 +85,8 @@ if __name__ == "__main__":
         from t4lib.results import lab_record
 
         for name in args[1:]:
-            rec = lab_record(" ".join(["python", *sys.argv]))
+            here = Path(__file__).resolve().relative_to(Path(__file__).resolve().parents[2])
+            rec = lab_record(" ".join(["python", str(here), *sys.argv[1:]]))
             rec["device"] = "none: nvcc -Xptxas -v for sm_75 (the T4's register allocation)"
             rec["kernels"] = ptxas(name)
             out = Path(os.environ.get("OUT", ".")) / f"{Path(name).stem}_ptxas.json"
