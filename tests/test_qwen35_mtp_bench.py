@@ -36,6 +36,20 @@ def test_a_failing_27b_measurement_is_recorded_as_an_error(monkeypatch):
     def boom(**kw):
         raise RuntimeError(f"no GPU for {kw['activations']}")
     monkeypatch.setattr(mtp_bench, "measure_27b_rounds", boom)
+    monkeypatch.setattr(mtp_bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(mtp_bench.torch.cuda, "mem_get_info", lambda: (200 << 30, 200 << 30))
     checks = {}
     assert mtp_bench.rounds_figures({}, checks, "CPU") == []
     assert checks["errors"] == {"27b_fp16": "RuntimeError: no GPU for fp16", "27b_int8": "RuntimeError: no GPU for int8"}
+
+
+def test_a_gpu_too_small_for_the_27b_shape_is_skipped_and_said(monkeypatch):
+    def never(**kw):
+        raise AssertionError("measured without the memory for it")
+    monkeypatch.setattr(mtp_bench, "measure_27b_rounds", never)
+    monkeypatch.setattr(mtp_bench.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(mtp_bench.torch.cuda, "mem_get_info", lambda: (12 << 30, 16 << 30))   # a 16 GB card, 12 GiB free
+    checks = {}
+    assert mtp_bench.rounds_figures({}, checks, "Tesla T4") == []
+    assert set(checks["skipped"]) == {"27b_fp16", "27b_int8"} and "errors" not in checks
+    assert "GiB of GPU memory, 12.0 GiB free" in checks["skipped"]["27b_fp16"]

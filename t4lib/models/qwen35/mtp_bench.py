@@ -240,9 +240,17 @@ def round_bytes_27b(gamma: int) -> dict:
 
 def rounds_figures(copy: dict, checks: dict, dev: str) -> list[dict]:
     """:func:`measure_27b_rounds` with fp16 and with int8 activations as figures (int8 under ``27b-shape/int8/``);
-    a failing measurement is recorded in ``checks["errors"]`` and leaves the others."""
+    a failing measurement is recorded in ``checks["errors"]`` and leaves the others; on a GPU without the memory
+    for the 27B shape, ``checks["skipped"]`` says so and no 27B figure is written."""
     figs = []
+    b = round_bytes_27b(1)
+    need = b["weights"] + b["nextn"] + (1 << 30)   # the weights, the NextN block and 1 GiB for caches and work
     for act, prefix in (("fp16", "qwen35_engine/mtp/27b-shape"), ("int8", "qwen35_engine/mtp/27b-shape/int8")):
+        free = torch.cuda.mem_get_info()[0] if torch.cuda.is_available() else 0
+        if free < need:   # a 16 GB T4 holds no 27B-shape model: say so instead of running out of memory
+            checks.setdefault("skipped", {})[f"27b_{act}"] = (f"needs {need / 2**30:.1f} GiB of GPU memory, "
+                                                              f"{free / 2**30:.1f} GiB free")
+            continue
         try:
             big = measure_27b_rounds(activations=act)
         except Exception as e:   # keep the copy-model figures; the error is recorded beside them
