@@ -1,7 +1,8 @@
-// M = 1, 2 launch-tuning variants of the GEMV-layout GGUF traits for
-// tools/gemv_lab/gguf_lab.py (not part of the library). A variant is the
-// library's trait with other Tuning knobs: R rows per warp, U chunks per load
-// stage, PIPE (two register stages), MB (minimum CTAs per SM).
+// M = 1, 2 and M = 3, 4 (the rows of a qwen35 MTP verify) launch-tuning variants of the
+// GEMV-layout GGUF traits for tools/gemv_lab/gguf_lab.py (not part of the library). A variant
+// is the library's trait with other Tuning knobs: R rows per warp, U chunks per load stage,
+// PIPE (two register stages), MB (minimum CTAs per SM). R can change the K split (through the
+// number of row groups), and with it the order of the fp32 sums.
 #include "gguf_blocks.cuh"
 #include "gguf_gemv_fp16.cuh"
 #include "gguf_gemv_int8.cuh"
@@ -36,9 +37,32 @@ int variant_m(int v, const t4::gemv::Args& a, cudaStream_t st) {
   }
 }
 
+// M = 3, 4: variant 0 is the library's tuning (2 rows per warp, 4 CTAs per SM)
+template <class F, int M>
+int rows_variant_m(int v, const t4::gemv::Args& a, cudaStream_t st) {
+  using t4::gemv::launch_m;
+  switch (v) {
+    case 0: return launch_m<lab::Tuned<F, 2, 1, false, 4>, M>(a, 0, st);
+    case 1: return launch_m<lab::Tuned<F, 4, 1, false, 2>, M>(a, 0, st);
+    case 2: return launch_m<lab::Tuned<F, 4, 1, false, 3>, M>(a, 0, st);
+    case 3: return launch_m<lab::Tuned<F, 4, 1, false, 4>, M>(a, 0, st);
+    case 4: return launch_m<lab::Tuned<F, 8, 1, false, 2>, M>(a, 0, st);
+    case 5: return launch_m<lab::Tuned<F, 1, 1, false, 4>, M>(a, 0, st);
+    case 6: return launch_m<lab::Tuned<F, 2, 1, false, 3>, M>(a, 0, st);
+    case 7: return launch_m<lab::Tuned<F, 2, 1, false, 2>, M>(a, 0, st);
+    default: return 1;
+  }
+}
+
 template <class F>
 int variant(int v, int M, const t4::gemv::Args& a, cudaStream_t st) {
-  return M == 1 ? variant_m<F, 1>(v, a, st) : M == 2 ? variant_m<F, 2>(v, a, st) : 1;
+  switch (M) {
+    case 1: return variant_m<F, 1>(v, a, st);
+    case 2: return variant_m<F, 2>(v, a, st);
+    case 3: return rows_variant_m<F, 3>(v, a, st);
+    case 4: return rows_variant_m<F, 4>(v, a, st);
+    default: return 1;
+  }
 }
 }  // namespace
 

@@ -3,13 +3,12 @@ library; it chose the Tuning of kernels/gguf.cu):
 
     python tools/gemv_lab/gguf_lab.py [variants] [M]    # writes $OUT/gguf_lab_m{M}.json
 
-Variants (gguf_lab.cu for M = 1, 2; gguf_rows_lab.cu for M = 3, 4, the rows of an MTP
-verify): R rows per warp, U chunks per load stage, "pipe" = two register stages,
+Variants (gguf_lab.cu; M = 3, 4 are the rows of an MTP verify): R rows per warp, U chunks per load stage, "pipe" = two register stages,
 "mbN" = at least N CTAs per SM (register cap 65536 / 128 / N). Variants 0 (M = 1),
-17 (M = 2) and 0 (M = 3, 4: rows lab) are the library's tunings before each sweep; the
+17 (M = 2) and 0 (M = 3, 4) are the library's tunings before each sweep; the
 sweep (results/nvidia-h200/labs/gguf_lab_m*.json) chose 4 rows x 1 chunk for M = 1, 2.
-`python tools/gemv_lab/labbuild.py --ptxas gguf_rows_lab.cu` records which M = 3, 4
-variants spill on sm_75 (no GPU needed).
+`python tools/gemv_lab/labbuild.py --ptxas gguf_lab.cu` records which variants spill on
+sm_75 (no GPU needed).
 Outputs must match the library's within fp32 reassociation, relative to the
 largest output (a different R can change the split-K of the shape).
 """
@@ -28,20 +27,18 @@ from t4lib.results import lab_record
 
 OUT = os.environ.get("OUT", "/tmp/out")
 M = int(sys.argv[2]) if len(sys.argv) > 2 else 1
-if M >= 3:   # the rows lab: M = 3, 4
-    lib = load("gguf_rows_lab.cu")
-    lab_gemv = lib.lab_gguf_rows_gemv
+lib = load("gguf_lab.cu")
+lab_gemv = lib.lab_gguf_gemv
+lab_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
+if M >= 3:   # the rows of an MTP verify: M = 3, 4
     V = {0: "R2U1mb4", 1: "R4U1mb2", 2: "R4U1mb3", 3: "R4U1mb4", 4: "R8U1mb2", 5: "R1U1mb4", 6: "R2U1mb3",
          7: "R2U1mb2"}
     BASE = 0
 else:
-    lib = load("gguf_lab.cu")
-    lab_gemv = lib.lab_gguf_gemv
     V = {0: "R2U2mb4", 1: "R2U1pipe_mb4", 2: "R1U2pipe_mb4", 3: "R1U4mb4", 4: "R4U1mb4", 5: "R2U1mb8", 6: "R1U2mb6",
          7: "R1U1pipe_mb6", 8: "R2U2mb3", 9: "R1U1mb8", 10: "R4U1mb3", 11: "R4U1mb2", 12: "R8U1mb2", 13: "R8U1mb3",
          14: "R4U2mb2", 15: "R4U1pipe_mb2", 16: "R8U1mb4", 17: "R2U1mb4"}
     BASE = 0 if M == 1 else 17
-lab_gemv.argtypes = [ctypes.c_int] * 3 + [ctypes.c_void_p] * 3 + [ctypes.c_int] * 2 + [ctypes.c_void_p]
 if len(sys.argv) > 1:
     V = {v: n for v, n in V.items() if str(v) in sys.argv[1].split(",") or v == BASE}
 out = {"gemv": {}, "check": {}}
