@@ -53,3 +53,13 @@ def test_a_gpu_too_small_for_the_27b_shape_is_skipped_and_said(monkeypatch):
     assert mtp_bench.rounds_figures({}, checks, "Tesla T4") == []
     assert set(checks["skipped"]) == {"27b_fp16", "27b_int8"} and "errors" not in checks
     assert "GiB of GPU memory, 12.0 GiB free" in checks["skipped"]["27b_fp16"]
+
+
+def test_first_difference_gives_the_position_and_the_reference_top2_gap():
+    import torch
+
+    from t4lib.models.qwen35.bench import first_difference
+    logits = torch.tensor([[0.0, 4.0, 1.0], [2.0, 2.0, -4.0], [1.0, 0.0, 0.0]])
+    assert first_difference([1, 0, 0], [1, 0, 0], logits) is None
+    assert first_difference([1, 1, 0], [1, 0, 0], logits) == {"position": 1, "top2_gap": 0.0}   # an exact tie
+    assert first_difference([2, 0, 0], [1, 0, 0], logits) == {"position": 0, "top2_gap": 0.75}

@@ -182,6 +182,29 @@ def measure_engine(model: Qwen35Model, prompt: list, new: int, cuda_graph: bool 
     return out
 
 
+def hf_greedy_times(m, ids: torch.Tensor, new: int, **generate_kw) -> tuple[list[int], float, float]:
+    """transformers' greedy ``generate`` of exactly ``new`` tokens after ``ids`` [1, T]: the new tokens (a first
+    run, which also warms up: fla's Triton kernels compile there), and the median wall times of ``new`` and of
+    one token. Its decode rate is ``(new - 1) / (t(new) - t(1))``."""
+    def gen(n):
+        with torch.no_grad():
+            return m.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, **generate_kw)
+
+    tokens = gen(new)[0, ids.shape[1]:].tolist()
+    return tokens, bench.wall_time(lambda: gen(new)), bench.wall_time(lambda: gen(1))
+
+
+def first_difference(tokens: list[int], ref_tokens: list[int], ref_logits: torch.Tensor) -> dict | None:
+    """Where ``tokens`` first leave ``ref_tokens`` (None if never), and the reference's top-2 logit gap there over
+    its max |logit|: near 0, a near-tie that a different rounding can flip."""
+    j = next((k for k, (a, b) in enumerate(zip(tokens, ref_tokens)) if a != b), None)
+    if j is None:
+        return None
+    lg = ref_logits[j].float()
+    top = lg.topk(2).values
+    return {"position": j, "top2_gap": float((top[0] - top[1]) / lg.abs().max())}
+
+
 def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=torch.float16) -> dict:
     """transformers' decode rate on a random model of shape ``cfg`` (weights in ``dtype``)."""
     from transformers import Qwen3_5ForCausalLM
@@ -189,15 +212,7 @@ def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=t
     hcfg = hf_config_27b(cfg)
     with torch.device(device):
         m = Qwen3_5ForCausalLM._from_config(hcfg, dtype=dtype).eval()
-    ids = torch.tensor([prompt], device=device)
-    args = dict(do_sample=False, pad_token_id=0)
-
-    def gen(n):
-        with torch.no_grad():
-            return m.generate(ids, max_new_tokens=n, min_new_tokens=n, **args)
-
-    gen(new)   # warm-up (fla's Triton kernels compile here)
-    t_new, t_1 = bench.wall_time(lambda: gen(new)), bench.wall_time(lambda: gen(1))
+    _, t_new, t_1 = hf_greedy_times(m, torch.tensor([prompt], device=device), new, pad_token_id=0)
     out = {"decode_tokens_per_s": (new - 1) / (t_new - t_1), "t_new_s": t_new, "t_1_s": t_1,
            "fp16_weight_bytes": sum(p.numel() * p.element_size() for p in m.parameters()),
            "attn_implementation": m.config._attn_implementation, "fla": _fla_version()}
@@ -297,18 +312,10 @@ def gpu_checks(n_layers: int = 8, new: int = 32) -> dict:
     ref = eng.generate(prompt, new, return_logits=True)
     mtp = {g: eng.generate(prompt, new, mtp=g) for g in (1, 2, 3)}
 
-    def first_diff(tokens):
-        """Where the tokens first leave plain greedy, and the plain run's top-2 logit gap there over max |logit|
-        (a near-tie when the verify rows' fp16 products round differently from one row's)."""
-        j = next((k for k, (a, b) in enumerate(zip(tokens, ref.tokens)) if a != b), None)
-        if j is None:
-            return None
-        top = ref.logits[j].topk(2).values
-        return {"position": j, "top2_gap": float((top[0] - top[1]) / ref.logits[j].abs().max())}
-
     out["mtp_vs_plain"] = {"same_tokens": all(r.tokens == ref.tokens for r in mtp.values()),
                            "graphs": all(r.cuda_graphs for r in mtp.values()),
-                           "first_difference": {g: first_diff(r.tokens) for g, r in mtp.items()},
+                           "first_difference": {g: first_difference(r.tokens, ref.tokens, ref.logits)
+                                                  for g, r in mtp.items()},
                            "accepted_histograms": {g: r.mtp["accepted_histogram"] for g, r in mtp.items()}}
     del eng
     out["passed"] = bool(out["mtp_vs_plain"]["same_tokens"]

@@ -25,6 +25,7 @@ import torch
 
 from ... import hw, results
 from ..corpus import copy_doc, data_dir, load_jsonl
+from .bench import config_27b, first_difference, graph_us, hf_greedy_times, mix_27b, random_model
 from .engine import Qwen35Engine
 
 SOURCE = "t4lib.models.qwen35.mtp_bench"
@@ -49,7 +50,6 @@ def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dty
     (dequantized), greedy ``generate``; decode rate per prompt ``(new - 1) / (t(new) - t(1))``, summed."""
     from transformers import Qwen3_5ForCausalLM
 
-    from ... import bench
     from ..tiny import load_tokenizer
     from .convert import gguf_to_hf_state_dict
     from .copy_model import copy_config
@@ -59,17 +59,12 @@ def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dty
     m = Qwen3_5ForCausalLM(cfg).eval()
     m.load_state_dict(gguf_to_hf_state_dict(copy_model_path(), cfg))
     m = m.to(device=device, dtype=dtype)
-    args = dict(do_sample=False, pad_token_id=cfg.pad_token_id, eos_token_id=None)
     tokens, seconds, outs = 0, 0.0, []
-
-    def gen(ids, n):
-        with torch.no_grad():
-            return m.generate(ids, max_new_tokens=n, min_new_tokens=n, **args)
-
     for p in prompts:
-        ids = torch.tensor([p], device=device)
-        outs.append(gen(ids, new)[0, len(p):].tolist())
-        seconds += bench.wall_time(lambda: gen(ids, new)) - bench.wall_time(lambda: gen(ids, 1))   # medians of 3
+        toks, t_new, t_1 = hf_greedy_times(m, torch.tensor([p], device=device), new,
+                                           pad_token_id=cfg.pad_token_id, eos_token_id=None)
+        outs.append(toks)
+        seconds += t_new - t_1
         tokens += new - 1
     del m
     return {"tokens_per_s": tokens / seconds, "tokens": outs}
@@ -112,12 +107,9 @@ def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=G
             row["hist"] = [a + b for a, b in zip(row["hist"], r.mtp["accepted_histogram"])]
             if r.tokens == plain.tokens:
                 row["identical"] += 1
-            else:   # where they part, and plain greedy's top-2 logit gap there (over max |logit|)
-                j = next(k for k, (a, b) in enumerate(zip(r.tokens, plain.tokens)) if a != b)
-                lg = eng.generate(p, new, return_logits=True).logits[j].float()
-                top = lg.topk(2).values
-                row["first_mismatch"].append({"prompt": i, "position": j,
-                                              "top2_gap": float((top[0] - top[1]) / lg.abs().max())})
+            else:   # where they part, and plain greedy's top-2 logit gap there
+                ref = eng.generate(p, new, return_logits=True)
+                row["first_mismatch"].append({"prompt": i, **first_difference(r.tokens, ref.tokens, ref.logits)})
         if progress is not None:
             progress.update(1)
     out = {"prompts": len(prompts), "new_tokens": new, "device": device, "dtype": str(dtype),
@@ -144,7 +136,6 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS, activ
     """Plain decode against ``mtp=gamma`` on the 27B shape with random weights (nothing accepted), and the
     parts of a round as graph replays: the verify forward of gamma + 1 rows, one NextN chain step;
     ``activations``: the GEMVs' (:class:`.model.Linear`)."""
-    from .bench import config_27b, graph_us, random_model
 
     cfg = config_27b()
     model = random_model(cfg, mtp=True, activations=activations)
@@ -160,13 +151,10 @@ def measure_27b_rounds(new: int = 64, prompt_len: int = 16, gammas=GAMMAS, activ
         runs = [eng.generate(prompt, new, mtp=g) for _ in range(3)]
         r = sorted(runs, key=lambda x: x.decode_s)[1]
         rb = eng.rows[g + 1]
-        j = next((k for k, (a, b) in enumerate(zip(r.tokens, ref.tokens)) if a != b), None)
-        gap = None
-        if j is not None:   # the plain run's top-2 logit gap where the tokens first differ, over max |logit|
-            top = ref.logits[j].topk(2).values
-            gap = float((top[0] - top[1]) / ref.logits[j].abs().max())
+        diff = first_difference(r.tokens, ref.tokens, ref.logits)
         out[f"mtp{g}"] = {"round_us": r.decode_s / r.mtp["rounds"] * 1e6, "rounds": r.mtp["rounds"],
-                          "identical": j is None, "first_mismatch": j, "top2_gap_at_mismatch": gap,
+                          "identical": diff is None, "first_mismatch": diff and diff["position"],
+                          "top2_gap_at_mismatch": diff and diff["top2_gap"],
                           "accepted_histogram": r.mtp["accepted_histogram"],
                           "verify_us": graph_us(lambda: eng._run_rows(rb, 0)),
                           "tokens_per_s_nothing_accepted": (len(r.tokens) - 1) / r.decode_s}
@@ -207,7 +195,6 @@ def round_bytes_27b(gamma: int) -> dict:
     the head once more for the block's rows, and both again for each of the ``gamma - 1`` chained drafts."""
     from ...ops.deltanet import state_bytes
     from ...ops.gguf import FORMATS, TYPE_OF
-    from .bench import config_27b, mix_27b
 
     c = config_27b()
 
