@@ -19,7 +19,9 @@ is recorded for both engines at batch 1 (``details.engine_greedy_b1_split``: ``S
 first token and its decode; ``details.pld_b1.<kind>.stats``: the speculative engine's prefill, drafting and
 verifying), and the ratio after the first token (``decode_speedup_vs_engine_greedy``) beside the end-to-end one.
 Both engines replay a captured prefill graph per prompt-length bucket on a GPU, so the end-to-end ratio is the
-one a user sees and the second isolates what speculation gains in the decode.
+one a user sees and the second isolates what speculation gains in the decode. On a GPU the speculative engine
+drafts and accepts in device rounds (its default there); ``details.pld_b1_loops`` times the same engine on
+the copy prompts with the host loop and with other round settings, in the same process.
 """
 from __future__ import annotations
 
@@ -344,6 +346,34 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
                 note=f"our tokens/s / HF greedy tokens/s (HF over the first {hf_n} prompts), both MEASURED")
     details["pld_b1"] = spec_b1
 
+    # the same engine and copy prompts, batch 1, with other loop settings: the host loop (a round trip per
+    # verify) against device rounds, one round per read without a second chunk queued, two rounds per read,
+    # and a fixed k = 8 instead of adaptive k
+    loops = {}
+    for name, kw in (("host_loop", dict(device_rounds=False)), ("rounds_in_flight1", dict(in_flight=1)),
+                     ("rounds_per_sync2", dict(rounds_per_sync=2)), ("rounds_fixed_k8", dict(adaptive=False))):
+        if name != "host_loop" and not eng.device_rounds:
+            continue
+        saved = {a: getattr(eng, a) for a in kw}
+        for a, v in kw.items():
+            setattr(eng, a, v)
+        st = []
+        try:
+            t, outs = time_b1(spec_runner(eng, copy_p, max_new, st), copy_p, warm_all=True)
+        finally:
+            for a, v in saved.items():
+                setattr(eng, a, v)
+        ms = merge_stats(st[len(copy_p):])
+        loops[name] = dict(settings=kw, time_s=t, speedup_vs_engine_greedy=t_se["copy"] / t,
+                           exact=exactness(outs, refs["copy"], gaps["copy"]), stats=ms)
+        log(f"PLD b1 copy, {name}: {t_se['copy'] / t:.2f}x engine greedy, {ms['tokens_per_forward']:.2f} tok/forward")
+    details["pld_b1_loops"] = loops
+    if "host_loop" in loops and eng.device_rounds:
+        fig("pld_host_loop/b1/speedup_vs_engine_greedy", loops["host_loop"]["speedup_vs_engine_greedy"], "x",
+            "ARITHMETIC", tokens_per_forward=loops["host_loop"]["stats"]["tokens_per_forward"],
+            note="the same engine with device_rounds=False (drafting on the host, a round trip per verify); "
+                 "StaticEngine greedy time / its time, both MEASURED")
+
     # batch 8
     b8 = {}
     for kind, ps in (("copy", copy_p), ("open", open_p)):
@@ -386,6 +416,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     # GPU time of one replay of each captured graph (1: a plain step, q: a verify of q tokens), per batch size:
     # with the wall times above it separates device time from host round trips
     details["verify_graph_ms"] = {B: st.graph_ms for B, st in eng._states.items()}
+    details["round_graph_ms"] = {B: st.round_ms for B, st in eng._states.items()}   # k -> one device round
 
     # exactness over every sequence decoded above (fp16)
     ident = sum(d["exact"]["identical"] for d in list(spec_b1.values()) + list(b8.values()))

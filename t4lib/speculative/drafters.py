@@ -72,6 +72,33 @@ class PromptLookupDrafter(Drafter):
     def propose(self, contexts, k):
         return [self.lookup(c, k) for c in contexts]
 
+    def propose_device(self, tokens: torch.Tensor, n: torch.Tensor, k: int):
+        """:meth:`lookup` for every row at once, in tensor operations (so it can run inside a CUDA graph):
+        ``tokens [B, S]`` holds each row's context in its first ``n[b]`` slots (the rest is scratch).
+        Returns ``draft [B, k]`` and ``dlen [B]``: row ``b`` proposes ``draft[b, :dlen[b]]``, the same
+        tokens as ``lookup(tokens[b, :n[b]], k)``. An n-gram occurrence ending at slot ``e`` is the run of
+        slots ``e, e-1, ..`` equal to the context's last tokens; the longest run (at most ``max_ngram``,
+        shorter than the context) wins, the latest ``e`` among equals."""
+        B, S = tokens.shape
+        M, dev = self.max_ngram, tokens.device
+        padded = torch.nn.functional.pad(tokens, (M - 1, 0), value=-1)   # slot e - j of window e, j < M
+        windows = padded.unfold(1, M, 1)                                   # [B, S, M]: slots e-M+1 .. e
+        suffix = padded.gather(1, (n - 1)[:, None] + torch.arange(M, device=dev))   # slots n-M .. n-1
+        run = (windows == suffix[:, None, :]).flip(-1).cumprod(-1).sum(-1)          # [B, S]
+        e = torch.arange(S, device=dev)
+        run = torch.minimum(run, (n - 1)[:, None]) * (e[None] <= (n - 2)[:, None])  # ends before the last token
+        run = torch.where(run >= self.min_ngram, run, 0)
+        best = (run * S + e[None]).amax(1)
+        start = best % S + 1
+        found = best >= self.min_ngram * S
+        draft = tokens.gather(1, (start[:, None] + torch.arange(k, device=dev)).clamp(max=S - 1))
+        dlen = torch.where(found, (n - start).clamp(0, k), 0)
+        if self.eos_token_id is not None:   # up to and including the first EOS
+            j = torch.arange(k, device=dev)
+            first = torch.where((draft == self.eos_token_id) & (j < dlen[:, None]), j, k).amin(1)
+            dlen = torch.minimum(dlen, first + 1)
+        return draft, dlen
+
 
 class _NoDraft(Drafter):
     name = "none"

@@ -31,6 +31,16 @@ it would have proposed at the chunk start, scoring that guess against the chunk'
 recovers when drafts would pay again. A fixed ``k`` (``adaptive=False``) drafts ``k`` whenever the
 drafter has something.
 
+Device rounds (greedy, a drafter with ``propose_device`` such as prompt lookup; default on CUDA): the loop
+above costs a host round trip per verify (read the argmax, draft on the host, upload the next input), which
+on a small model is a sizeable share of a step. With device rounds each row's tokens, length and budget live
+on the device, and one round (draft by tensor lookup, verify ``k + 1`` positions, accept, append, advance) is
+one CUDA graph per ``k`` (``k = 0``: a plain step that also scores a one-token draft for adaptive ``k``).
+The host replays ``rounds_per_sync`` rounds per chunk, keeps ``in_flight`` chunks queued, and reads back only
+which rows are done and the counters, to stop and to choose the next chunk's ``k`` from the rounds' own
+timed costs. A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
+finished still run and count as target forwards. The tokens are the same greedy tokens.
+
 Sampling (``do_sample=True``, ``temperature``, ``top_k``, ``seed``): the target's distribution ``p`` at each
 verified position is :class:`.sampling.Sampler` applied to the verify's logits (the graph's output buffer on
 CUDA); each row keeps its drafts by the speculative-sampling rule (:func:`.sampling.speculative_accept`:
@@ -57,6 +67,53 @@ from .sampling import Sampler, sample, speculative_accept
 
 warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
 
+# device counters of a call on device rounds (``_BatchState.counts``)
+_COUNTS = ("row_forwards", "drafted", "accepted", "no_draft", "trials", "probe_succ", "probe_trials")
+
+
+def _round_pre(drafter, tokens, n, limit, ids, pos, k: int):
+    """The first half of a device round: draft up to ``k`` tokens per row (``k = 0``: a one-token probe that
+    only scores the drafter) and stage the verify's inputs, ``ids = [last, drafts]`` at ``pos = n - 1``."""
+    draft, dlen = drafter.propose_device(tokens, n, max(k, 1))
+    dlen = torch.minimum(dlen, (limit - n - 1).clamp(min=0))   # leave room for the bonus token
+    ids[:, :1].copy_(tokens.gather(1, (n - 1)[:, None]))
+    if k:
+        ids[:, 1:].copy_(draft)
+    pos.copy_(n - 1)
+    return draft, dlen
+
+
+def _round_post(logits, draft, dlen, tokens, n, limit, done, eos, counts, hist, snap, k: int):
+    """The second half: keep each active row's longest draft prefix equal to the target's argmax plus one
+    token (cut after an EOS and at the row's budget), append them to ``tokens``, advance ``n``, mark
+    finished rows, and add this round to the counters (``_COUNTS``) and the accepted-count histogram."""
+    q = k + 1
+    g = logits.float().argmax(dim=-1)                                   # [B, q]
+    j = torch.arange(q, device=g.device)
+    active = ~done
+    if k:
+        nacc = ((draft == g[:, :k]) & (j[None, :k] < dlen[:, None])).long().cumprod(1).sum(1)
+    else:
+        nacc = torch.zeros_like(n)
+    cnt = nacc + 1
+    first_eos = torch.where((g == eos) & (j[None] < cnt[:, None]), j[None], q).amin(1)
+    hit = (first_eos < q) & active
+    cnt = torch.minimum(torch.where(hit, first_eos + 1, cnt), limit - n) * active
+    tokens.scatter_(1, n[:, None] + j[None], g)    # slots past n + cnt are scratch, overwritten later
+    n.add_(cnt)
+    done.logical_or_(hit | (n >= limit))
+    a = active.long()
+    has = a * (dlen > 0)
+    zero = torch.zeros_like(a.sum())
+    if k:
+        hist.index_add_(0, nacc, has)
+        inc = [a.sum(), (dlen * a).sum(), (nacc * has).sum(), (a - has).sum(),
+               ((nacc + (nacc < dlen).long()) * has).sum(), zero, zero]
+    else:
+        inc = [a.sum(), zero, zero, zero, zero, (has * (draft[:, 0] == g[:, 0])).sum(), has.sum()]
+    counts.add_(torch.stack(inc))
+    snap.copy_(torch.cat([done.long(), counts]))
+
 
 @dataclass
 class SpecStats:
@@ -71,6 +128,7 @@ class SpecStats:
     no_draft: int = 0                 # row-verifies where the drafter had nothing
     plain_steps: int = 0
     k_trace: list[int] = field(default_factory=list)       # k of each iteration (0 = plain chunk)
+    device_rounds: bool = False       # drafting and acceptance ran on the device (draft_s then counts nothing)
     prefill_s: float = 0.0
     prefill_graph: bool = False       # whether the prefill ran as a captured graph
     draft_s: float = 0.0
@@ -125,6 +183,17 @@ class _BatchState:
         self.h_ids: dict[int, torch.Tensor] = {}     # q -> pinned host staging of ids[q] (CUDA)
         self.cost: dict[int, float] | None = None    # q -> timed cost of a q-token forward / a plain step
         self.graph_ms: dict[int, float] = {}         # q -> median GPU milliseconds of one replay (1: a plain step)
+        # device rounds (greedy, a drafter with ``propose_device``): every row's tokens live on the device
+        self.tokens = None                           # [B, slots] context of each row (slot >= n[b]: scratch)
+        self.n = self.limit = self.done = None       # [B] context length, its cap, finished
+        self.eos = None                              # [1] end-of-sequence id (-1: none)
+        self.counts = None                           # [len(_COUNTS)] device counters of this call
+        self.hist = None                             # [k_max + 1] accepted-count histogram
+        self.snap = None                             # [B + counters]: what the host reads after a chunk
+        self.round_graphs: dict[int, torch.cuda.CUDAGraph] = {}   # k -> round graph (0: a plain round)
+        self.round_drafter = None                    # the drafter the round graphs were captured with
+        self.round_ms: dict[int, float] = {}         # k -> median GPU milliseconds of one round replay
+        self.h_snap: list[torch.Tensor] = []         # pinned host copies of snap, one per chunk in flight
 
 
 class SpeculativeEngine:
@@ -136,13 +205,15 @@ class SpeculativeEngine:
     graph. ``use_graph``/``compile``: default on for CUDA models. ``plain_chunk``: plain steps per host
     round trip. ``margin``, ``verify_cost`` (``{q: cost of a q-token forward / a 1-token one}``): the
     adaptive rule (module docstring). ``prefill_bucket``: prompts are right-padded to a multiple of it, so
-    the prefill sees few shapes (one graph each on CUDA).
+    the prefill sees few shapes (one graph each on CUDA). ``device_rounds`` (default: on CUDA): greedy
+    decoding with a drafter that has ``propose_device`` (prompt lookup) drafts and accepts on the device,
+    ``rounds_per_sync`` rounds per host read and up to ``in_flight`` such chunks queued (module docstring).
     """
 
     def __init__(self, model: nn.Module, drafter: Drafter, max_len: int = 512, max_batch_size: int = 8,
                  ks=(1, 2, 4, 8), use_graph: bool | None = None, compile: bool | None = None,
                  adaptive: bool = True, plain_chunk: int = 4, margin: float = 0.2, prefill_bucket: int = 32,
-                 verify_cost=None):
+                 verify_cost=None, device_rounds: bool | None = None, rounds_per_sync: int = 1, in_flight: int = 2):
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
                             f"got {type(model).__name__}")
@@ -162,6 +233,12 @@ class SpeculativeEngine:
             raise ValueError(f"ks must be a non-empty sequence of ints >= 1, got {ks!r}")
         if not isinstance(plain_chunk, int) or plain_chunk < 1:
             raise ValueError(f"plain_chunk must be an int >= 1, got {plain_chunk!r}")
+        for name, v in (("rounds_per_sync", rounds_per_sync), ("in_flight", in_flight)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {v!r}")
+        if device_rounds is not None and not isinstance(device_rounds, bool):
+            raise TypeError(f"device_rounds must be a bool or None, got {type(device_rounds).__name__}")
+        self.rounds_per_sync, self.in_flight = rounds_per_sync, in_flight
         self.model, self.drafter = model.eval(), drafter
         self.max_len, self.max_batch_size = max_len, max_batch_size
         self.ks = tuple(sorted(set(ks)))
@@ -178,6 +255,8 @@ class SpeculativeEngine:
             self.cost.update({int(q): float(c) for q, c in dict(verify_cost).items()})
         self.device = next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
+        # rounds pay where the device runs ahead of the host (CUDA); on a CPU both loops do the same work
+        self.device_rounds = (self.device.type == "cuda") if device_rounds is None else device_rounds
         self.use_graph = (self.device.type == "cuda") if use_graph is None else bool(use_graph)
         if self.use_graph and self.device.type != "cuda":
             raise ValueError("use_graph=True needs the model on a CUDA device")
@@ -185,6 +264,7 @@ class SpeculativeEngine:
         self.compile_error = None
         self.prefill_graph_error = None
         self._compiled = None
+        self._round_fns = (_round_pre, _round_post)   # compiled with the forward on CUDA (_ensure_rounds)
         self._states: dict[int, _BatchState] = {}
         self._prefill_pool = None   # one memory pool for every prefill graph (they never run concurrently)
 
@@ -213,6 +293,17 @@ class SpeculativeEngine:
         st.chunk.index_copy_(1, st.chunk_idx, g[:, None])
         st.cache.pos.add_(1)
         st.chunk_idx.add_(1)
+
+    def _round(self, st: _BatchState, k: int):
+        """One device round (what a round graph captures): draft, verify ``k + 1`` tokens, accept, advance."""
+        pre, post = self._round_fns
+        q = k + 1
+        draft, dlen = pre(self.drafter, st.tokens, st.n, st.limit, st.ids[q], st.cache.pos, k)
+        logits = self._fwd()(st.ids[q], st.cache)
+        post(logits, draft, dlen, st.tokens, st.n, st.limit, st.done, st.eos, st.counts, st.hist, st.snap, k)
+
+    def _uses_rounds(self, sampler) -> bool:
+        return self.device_rounds and sampler is None and hasattr(self.drafter, "propose_device")
 
     # ------------------------------------------------------------------ setup and capture
     def _state(self, B: int) -> _BatchState:
@@ -295,6 +386,79 @@ class SpeculativeEngine:
             st.cost = {q: t / times[1] for q, t in times.items()}
         st.cache.pos.zero_()
         st.chunk_idx.zero_()
+
+    def _reset_rounds(self, st: _BatchState):
+        """A harmless state for warm-up and capture: one token per row, room for one more."""
+        st.tokens.zero_()
+        st.n.fill_(1)
+        st.limit.fill_(2)
+        st.done.zero_()
+        st.eos.fill_(-1)
+        st.counts.zero_()
+        st.hist.zero_()
+        st.cache.pos.zero_()
+
+    def _ensure_rounds(self, st: _BatchState):
+        """Allocate the device-round buffers; on CUDA capture one round graph per ``k`` in ``(0,) + ks`` for the
+        current drafter, with the round's own operations compiled beside the forward (eager if compiling
+        fails). Runs before the prefill: the warm-up writes cache slots that the prefill then overwrites."""
+        dev, B = self.device, st.B
+        if st.tokens is None:
+            st.tokens = torch.zeros(B, self.slots, dtype=torch.long, device=dev)
+            st.n, st.limit = (torch.ones(B, dtype=torch.long, device=dev) for _ in range(2))
+            st.done = torch.zeros(B, dtype=torch.bool, device=dev)
+            st.eos = torch.full((1,), -1, dtype=torch.long, device=dev)
+            st.counts = torch.zeros(len(_COUNTS), dtype=torch.long, device=dev)
+            st.hist = torch.zeros(self.k_max + 1, dtype=torch.long, device=dev)
+            st.snap = torch.zeros(B + len(_COUNTS), dtype=torch.long, device=dev)
+            if dev.type == "cuda":
+                st.h_snap = [torch.zeros(B + len(_COUNTS), dtype=torch.long, pin_memory=True)
+                             for _ in range(self.in_flight)]
+        if not st.graphs or st.round_drafter is self.drafter:
+            return
+        if self._compiled is not None and self._round_fns[0] is _round_pre:
+            self._round_fns = (torch.compile(_round_pre), torch.compile(_round_post))
+        st.round_graphs.clear()
+        try:
+            self._capture_rounds(st)
+        except Exception as e:  # compile failure: capture the eager round operations and say why
+            self.compile_error = self.compile_error or f"rounds: {type(e).__name__}: {e}"
+            warnings.warn(f"SpeculativeEngine: compiling the device rounds failed, running them uncompiled "
+                          f"({type(e).__name__}: {e})", RuntimeWarning)
+            self._round_fns = (_round_pre, _round_post)
+            st.round_graphs.clear()
+            torch.cuda.synchronize()
+            self._capture_rounds(st)
+        st.round_drafter = self.drafter
+
+    def _capture_rounds(self, st: _BatchState):
+        ks = (0,) + self.ks
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for k in ks:
+                for _ in range(2):   # compile, load kernels
+                    self._reset_rounds(st)
+                    self._round(st, k)
+        torch.cuda.current_stream().wait_stream(side)
+        for k in ks:
+            self._reset_rounds(st)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._round(st, k)
+            st.round_graphs[k] = g
+        for k, g in st.round_graphs.items():   # the rounds' own cost curve, for adaptive k
+            ts = []
+            for _ in range(5):
+                self._reset_rounds(st)
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                g.replay()
+                b.record()
+                b.synchronize()
+                ts.append(a.elapsed_time(b))
+            st.round_ms[k] = sorted(ts)[2]
+        self._reset_rounds(st)
 
     # ------------------------------------------------------------------ prefill
     def _prefill_step(self, st: _BatchState, T: int):
@@ -406,7 +570,10 @@ class SpeculativeEngine:
         B = len(rows)
         cuda = self.device.type == "cuda"
         st = self._state(B)
-        stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1))
+        on_device = self._uses_rounds(sampler)
+        if on_device:
+            self._ensure_rounds(st)
+        stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1), device_rounds=on_device)
         k_next = k if k is not None else self.k_max
         alpha = 0.5   # running chance that a drafted token is accepted (adaptive k)
         if cuda:
@@ -427,7 +594,9 @@ class SpeculativeEngine:
                 return self.drafter.propose(contexts, kk), None
             return self.drafter.propose_sampled(contexts, kk, sampler, gen)
 
-        while not done.all():
+        if on_device and not done.all():
+            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos_token_id, k_next, stats)
+        while not on_device and not done.all():
             active = np.flatnonzero(~done)
             room = min(max_new_tokens - len(out[b]) for b in active)   # tokens the tightest row may still take
             kk = k_next
@@ -503,6 +672,77 @@ class SpeculativeEngine:
                           tokens_per_s=(sum(lengths) / B) / stats.total_s, stats=stats,
                           graph=bool(st.graphs), compiled=self._compiled is not None,
                           compile_error=self.compile_error, do_sample=sampler is not None)
+
+    def _decode_rounds(self, st, rows, first, done, max_new, eos, k, stats) -> list[list[int]]:
+        """Greedy decoding on device rounds: every row's tokens, lengths and counters stay on the device; the
+        host replays ``rounds_per_sync`` rounds of one ``k`` per chunk, keeps up to ``in_flight`` chunks queued,
+        and reads back a few integers per chunk (which rows are done, the counters) to stop and to pick the
+        next ``k``. Returns each row's new tokens (the prefill's first one included)."""
+        B, lens = len(rows), [len(r) for r in rows]
+        buf = np.zeros((B, self.slots), dtype=np.int64)
+        for b, r in enumerate(rows):
+            buf[b, :lens[b]] = r
+            buf[b, lens[b]] = first[b]
+        st.tokens.copy_(torch.from_numpy(buf))
+        st.n.copy_(torch.tensor([n + 1 for n in lens]))
+        st.limit.copy_(torch.tensor([n + max_new for n in lens]))
+        st.done.copy_(torch.from_numpy(done.copy()))
+        st.eos.fill_(-1 if eos is None else int(eos))
+        st.counts.zero_()
+        st.hist.zero_()
+        cuda = self.device.type == "cuda"
+        depth = self.in_flight   # on a CPU the queued chunks simply run before the read: the same order
+        cost = ({k + 1: t / st.round_ms[0] for k, t in st.round_ms.items()}
+                if st.round_ms and not self._cost_given else st.cost)
+        c = {name: i + B for i, name in enumerate(_COUNTS)}
+        alpha, prev, queued, slot = 0.5, np.zeros(B + len(_COUNTS), dtype=np.int64), [], 0
+        t = time.perf_counter()
+        while True:
+            while len(queued) < depth:
+                for _ in range(self.rounds_per_sync):
+                    if st.round_graphs:
+                        st.round_graphs[k].replay()
+                    else:
+                        self._round(st, k)
+                if cuda:
+                    h = st.h_snap[slot]
+                    h.copy_(st.snap, non_blocking=True)
+                    ev = torch.cuda.Event()
+                    ev.record()
+                    slot = (slot + 1) % depth
+                else:
+                    h, ev = st.snap.clone(), None
+                queued.append((k, h, ev))
+                stats.k_trace.append(k)
+                stats.target_forwards += self.rounds_per_sync
+                stats.plain_steps += self.rounds_per_sync * (k == 0)
+            kc, h, ev = queued.pop(0)
+            if ev is not None:
+                ev.synchronize()
+            snap = h.numpy().copy()
+            if snap[:B].all():
+                break
+            if self.adaptive:
+                d = snap - prev
+                succ, trials = ((d[c["accepted"]], d[c["trials"]]) if kc else
+                                (d[c["probe_succ"]], d[c["probe_trials"]]))
+                if trials:
+                    alpha = 0.7 * alpha + 0.3 * succ / trials
+                k = self._choose_k(alpha, cost)
+            prev = snap
+        if cuda:
+            torch.cuda.synchronize()   # the chunks still queued ran too (their rows were done: no tokens)
+        stats.verify_s += time.perf_counter() - t
+        n, toks = st.n.cpu().numpy(), st.tokens.cpu().numpy()
+        counts = dict(zip(_COUNTS, st.counts.cpu().tolist()))
+        stats.row_forwards += counts["row_forwards"]
+        stats.drafted += counts["drafted"]
+        stats.accepted += counts["accepted"]
+        stats.no_draft += counts["no_draft"]
+        stats.accept_hist = st.hist.cpu().tolist()
+        stats.decode_tokens += int(sum(n[b] - lens[b] - 1 for b in range(B)))
+        done[:] = True
+        return [toks[b, lens[b]:n[b]].tolist() for b in range(B)]
 
     def _update_alpha(self, alpha, drafts, targets) -> float:
         """Fold one verify (or one scored guess) into the running per-token acceptance estimate."""
