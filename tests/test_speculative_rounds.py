@@ -143,8 +143,8 @@ def test_rounds_graph_path_emulated_on_cpu(tiny_cpu, monkeypatch):
         st.graphs = {0: _ReplayEager(lambda: self._plain_step(st))}
         st.graphs.update({k + 1: _ReplayEager((lambda q: lambda: self._verify_step(st, q))(k + 1)) for k in self.ks})
 
-    def capture_rounds(self, st):
-        st.round_graphs.update({k: _ReplayEager((lambda k: lambda: self._round(st, k))(k)) for k in (0,) + self.ks})
+    def capture_rounds(self, st, ks):
+        st.round_graphs.update({k: _ReplayEager((lambda k: lambda: self._round(st, k))(k)) for k in ks})
         self._reset_rounds(st)
 
     def capture_prefill(self, st, T):
@@ -163,10 +163,12 @@ def test_rounds_graph_path_emulated_on_cpu(tiny_cpu, monkeypatch):
         assert r.new_tokens[0] == ref and r.graph and r.stats.device_rounds
     st = eng._states[1]
     first = dict(st.round_graphs)
-    assert set(first) == {0, 1, 2, 4, 8} and st.round_drafter is eng.drafter
+    assert set(first) == {0, 8} and st.round_drafter is eng.drafter   # plain rounds and k = max(ks)
+    eng.generate([prompts[0]], MAX_NEW, k=2, eos_token_id=EOS)             # a k asked for gets its graph
+    assert set(st.round_graphs) == {0, 2, 8}
     eng.drafter = PromptLookupDrafter(max_ngram=2, eos_token_id=EOS)
     assert eng.generate([prompts[0]], MAX_NEW, eos_token_id=EOS).new_tokens[0] == refs[0]
-    assert st.round_drafter is eng.drafter and st.round_graphs[4] is not first[4]
+    assert st.round_drafter is eng.drafter and st.round_graphs[8] is not first[8]
     assert eng.generate(prompts[:4], MAX_NEW, eos_token_id=EOS).new_tokens == refs[:4]
 
 

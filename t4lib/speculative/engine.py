@@ -35,10 +35,12 @@ Device rounds (greedy, a drafter with ``propose_device`` such as prompt lookup; 
 above costs a host round trip per verify (read the argmax, draft on the host, upload the next input), which
 on a small model is a sizeable share of a step. With device rounds each row's tokens, length and budget live
 on the device, and one round (draft by tensor lookup, verify ``k + 1`` positions, accept, append, advance) is
-one CUDA graph per ``k`` (``k = 0``: a plain step that also scores a one-token draft for adaptive ``k``).
-The host replays ``rounds_per_sync`` rounds per chunk, keeps ``in_flight`` chunks queued, and reads back only
-which rows are done and the counters, to stop and to choose the next chunk's ``k`` from the rounds' own
-timed costs. A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
+one CUDA graph. Rounds draft ``k`` = the largest of ``ks`` (or the ``k`` asked for) or nothing (a plain round,
+which also scores a one-token draft for adaptive ``k``): a round's cost barely grows with ``k`` where the
+forward is bound by weights or launches, and two graphs keep the compile and capture time short. The host
+replays ``rounds_per_sync`` rounds per chunk, keeps ``in_flight`` chunks queued, and reads back only which
+rows are done and the counters, to stop and to choose the next chunk's kind from the two rounds' timed
+costs. A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
 finished still run and count as target forwards. The tokens are the same greedy tokens.
 
 Sampling (``do_sample=True``, ``temperature``, ``top_k``, ``seed``): the target's distribution ``p`` at each
@@ -398,10 +400,11 @@ class SpeculativeEngine:
         st.hist.zero_()
         st.cache.pos.zero_()
 
-    def _ensure_rounds(self, st: _BatchState):
-        """Allocate the device-round buffers; on CUDA capture one round graph per ``k`` in ``(0,) + ks`` for the
-        current drafter, with the round's own operations compiled beside the forward (eager if compiling
-        fails). Runs before the prefill: the warm-up writes cache slots that the prefill then overwrites."""
+    def _ensure_rounds(self, st: _BatchState, k: int):
+        """Allocate the device-round buffers; on CUDA capture the round graphs of ``k`` and of plain rounds
+        (``k = 0``) for the current drafter, with the round's own operations compiled beside the forward (eager
+        if compiling fails). Runs before the prefill: the warm-up writes cache slots that the prefill then
+        overwrites."""
         dev, B = self.device, st.B
         if st.tokens is None:
             st.tokens = torch.zeros(B, self.slots, dtype=torch.long, device=dev)
@@ -414,13 +417,17 @@ class SpeculativeEngine:
             if dev.type == "cuda":
                 st.h_snap = [torch.zeros(B + len(_COUNTS), dtype=torch.long, pin_memory=True)
                              for _ in range(self.in_flight)]
-        if not st.graphs or st.round_drafter is self.drafter:
+        if not st.graphs:
+            return
+        if st.round_drafter is not self.drafter:
+            st.round_graphs.clear()
+        ks = [j for j in (0, k) if j not in st.round_graphs]
+        if not ks:
             return
         if self._compiled is not None and self._round_fns[0] is _round_pre:
             self._round_fns = (torch.compile(_round_pre), torch.compile(_round_post))
-        st.round_graphs.clear()
         try:
-            self._capture_rounds(st)
+            self._capture_rounds(st, ks)
         except Exception as e:  # compile failure: capture the eager round operations and say why
             self.compile_error = self.compile_error or f"rounds: {type(e).__name__}: {e}"
             warnings.warn(f"SpeculativeEngine: compiling the device rounds failed, running them uncompiled "
@@ -428,11 +435,10 @@ class SpeculativeEngine:
             self._round_fns = (_round_pre, _round_post)
             st.round_graphs.clear()
             torch.cuda.synchronize()
-            self._capture_rounds(st)
+            self._capture_rounds(st, sorted({0, k}))
         st.round_drafter = self.drafter
 
-    def _capture_rounds(self, st: _BatchState):
-        ks = (0,) + self.ks
+    def _capture_rounds(self, st: _BatchState, ks):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -447,8 +453,8 @@ class SpeculativeEngine:
             with torch.cuda.graph(g):
                 self._round(st, k)
             st.round_graphs[k] = g
-        for k, g in st.round_graphs.items():   # the rounds' own cost curve, for adaptive k
-            ts = []
+        for k in ks:   # the rounds' own costs, for adaptive k
+            g, ts = st.round_graphs[k], []
             for _ in range(5):
                 self._reset_rounds(st)
                 a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -571,10 +577,10 @@ class SpeculativeEngine:
         cuda = self.device.type == "cuda"
         st = self._state(B)
         on_device = self._uses_rounds(sampler)
-        if on_device:
-            self._ensure_rounds(st)
-        stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1), device_rounds=on_device)
         k_next = k if k is not None else self.k_max
+        if on_device:
+            self._ensure_rounds(st, k_next)
+        stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1), device_rounds=on_device)
         alpha = 0.5   # running chance that a drafted token is accepted (adaptive k)
         if cuda:
             torch.cuda.synchronize()
@@ -673,32 +679,34 @@ class SpeculativeEngine:
                           graph=bool(st.graphs), compiled=self._compiled is not None,
                           compile_error=self.compile_error, do_sample=sampler is not None)
 
-    def _decode_rounds(self, st, rows, first, done, max_new, eos, k, stats) -> list[list[int]]:
+    def _decode_rounds(self, st, rows, first, done, max_new, eos, k_draft, stats) -> list[list[int]]:
         """Greedy decoding on device rounds: every row's tokens, lengths and counters stay on the device; the
-        host replays ``rounds_per_sync`` rounds of one ``k`` per chunk, keeps up to ``in_flight`` chunks queued,
-        and reads back a few integers per chunk (which rows are done, the counters) to stop and to pick the
-        next ``k``. Returns each row's new tokens (the prefill's first one included)."""
-        B, lens = len(rows), [len(r) for r in rows]
-        buf = np.zeros((B, self.slots), dtype=np.int64)
+        host replays ``rounds_per_sync`` rounds per chunk, each drafting ``k_draft`` tokens or none (a plain
+        round: adaptive k chooses between the two by their timed costs), keeps up to ``in_flight`` chunks
+        queued, and reads back which rows are done and the counters per chunk. Returns each row's new tokens
+        (the prefill's first one included)."""
+        B, S, lens = len(rows), self.slots, [len(r) for r in rows]
+        up = np.zeros((B, S + 3), dtype=np.int64)   # one upload: tokens | n | limit | done
         for b, r in enumerate(rows):
-            buf[b, :lens[b]] = r
-            buf[b, lens[b]] = first[b]
-        st.tokens.copy_(torch.from_numpy(buf))
-        st.n.copy_(torch.tensor([n + 1 for n in lens]))
-        st.limit.copy_(torch.tensor([n + max_new for n in lens]))
-        st.done.copy_(torch.from_numpy(done.copy()))
+            up[b, :lens[b]] = r
+            up[b, lens[b]] = first[b]
+        up[:, S], up[:, S + 1], up[:, S + 2] = np.add(lens, 1), np.add(lens, max_new), done
+        up = torch.from_numpy(up).to(self.device, non_blocking=False)
+        st.tokens.copy_(up[:, :S])
+        st.n.copy_(up[:, S])
+        st.limit.copy_(up[:, S + 1])
+        st.done.copy_(up[:, S + 2].bool())
         st.eos.fill_(-1 if eos is None else int(eos))
         st.counts.zero_()
         st.hist.zero_()
         cuda = self.device.type == "cuda"
-        depth = self.in_flight   # on a CPU the queued chunks simply run before the read: the same order
-        cost = ({k + 1: t / st.round_ms[0] for k, t in st.round_ms.items()}
-                if st.round_ms and not self._cost_given else st.cost)
+        cost = ({j + 1: t / st.round_ms[0] for j, t in st.round_ms.items()}
+                if 0 in st.round_ms and k_draft in st.round_ms and not self._cost_given else st.cost or self.cost)
         c = {name: i + B for i, name in enumerate(_COUNTS)}
-        alpha, prev, queued, slot = 0.5, np.zeros(B + len(_COUNTS), dtype=np.int64), [], 0
+        k, alpha, prev, queued, slot = k_draft, 0.5, np.zeros(B + len(_COUNTS), dtype=np.int64), [], 0
         t = time.perf_counter()
         while True:
-            while len(queued) < depth:
+            while len(queued) < self.in_flight:   # on a CPU the queued chunks simply run before the read
                 for _ in range(self.rounds_per_sync):
                     if st.round_graphs:
                         st.round_graphs[k].replay()
@@ -709,7 +717,7 @@ class SpeculativeEngine:
                     h.copy_(st.snap, non_blocking=True)
                     ev = torch.cuda.Event()
                     ev.record()
-                    slot = (slot + 1) % depth
+                    slot = (slot + 1) % self.in_flight
                 else:
                     h, ev = st.snap.clone(), None
                 queued.append((k, h, ev))
@@ -728,21 +736,27 @@ class SpeculativeEngine:
                                 (d[c["probe_succ"]], d[c["probe_trials"]]))
                 if trials:
                     alpha = 0.7 * alpha + 0.3 * succ / trials
-                k = self._choose_k(alpha, cost)
+                k = k_draft if self._expected(alpha, k_draft) / cost[k_draft + 1] > 1.0 + self.margin else 0
             prev = snap
-        if cuda:
-            torch.cuda.synchronize()   # the chunks still queued ran too (their rows were done: no tokens)
+        # one read of everything (the chunks still queued ran too; their rows were done: no tokens)
+        out = torch.cat([st.n, st.counts, st.hist, st.tokens.flatten()]).cpu().numpy()
         stats.verify_s += time.perf_counter() - t
-        n, toks = st.n.cpu().numpy(), st.tokens.cpu().numpy()
-        counts = dict(zip(_COUNTS, st.counts.cpu().tolist()))
+        n, counts = out[:B], dict(zip(_COUNTS, out[B:B + len(_COUNTS)].tolist()))
+        hist_end = B + len(_COUNTS) + self.k_max + 1
+        toks = out[hist_end:].reshape(B, S)
         stats.row_forwards += counts["row_forwards"]
         stats.drafted += counts["drafted"]
         stats.accepted += counts["accepted"]
         stats.no_draft += counts["no_draft"]
-        stats.accept_hist = st.hist.cpu().tolist()
+        stats.accept_hist = out[B + len(_COUNTS):hist_end].tolist()
         stats.decode_tokens += int(sum(n[b] - lens[b] - 1 for b in range(B)))
         done[:] = True
         return [toks[b, lens[b]:n[b]].tolist() for b in range(B)]
+
+    @staticmethod
+    def _expected(alpha, k) -> float:
+        """Expected tokens per verify of ``k`` drafts when each holds with chance ``alpha`` (plus the bonus)."""
+        return k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
 
     def _update_alpha(self, alpha, drafts, targets) -> float:
         """Fold one verify (or one scored guess) into the running per-token acceptance estimate."""
@@ -759,9 +773,8 @@ class SpeculativeEngine:
         cost = cost or self.cost
         best_k, best = 0, 1.0 + self.margin
         for k in self.ks:
-            expected = k + 1 if alpha >= 1 else (1 - alpha ** (k + 1)) / (1 - alpha)
-            if expected / cost[k + 1] > best:
-                best_k, best = k, expected / cost[k + 1]
+            if self._expected(alpha, k) / cost[k + 1] > best:
+                best_k, best = k, self._expected(alpha, k) / cost[k + 1]
         return best_k
 
     @staticmethod
