@@ -347,10 +347,10 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     details["pld_b1"] = spec_b1
 
     # the same engine and copy prompts, batch 1, with other loop settings: the host loop (a round trip per
-    # verify) against device rounds, one round per read without a second chunk queued, two rounds per read,
-    # and a fixed k = 8 instead of adaptive k
+    # verify) against device rounds, a second chunk queued behind each read, two rounds per read, and a fixed
+    # k = 8 instead of adaptive k
     loops = {}
-    for name, kw in (("host_loop", dict(device_rounds=False)), ("rounds_in_flight1", dict(in_flight=1)),
+    for name, kw in (("host_loop", dict(device_rounds=False)), ("rounds_in_flight2", dict(in_flight=2)),
                      ("rounds_per_sync2", dict(rounds_per_sync=2)), ("rounds_fixed_k8", dict(adaptive=False))):
         if name != "host_loop" and not eng.device_rounds:
             continue

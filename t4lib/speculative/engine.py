@@ -38,8 +38,9 @@ on the device, and one round (draft by tensor lookup, verify ``k + 1`` positions
 one CUDA graph. Rounds draft ``k`` = the largest of ``ks`` (or the ``k`` asked for) or nothing (a plain round,
 which also scores a one-token draft for adaptive ``k``): a round's cost barely grows with ``k`` where the
 forward is bound by weights or launches, and two graphs keep the compile and capture time short. The host
-replays ``rounds_per_sync`` rounds per chunk, keeps ``in_flight`` chunks queued, and reads back only which
-rows are done and the counters, to stop and to choose the next chunk's kind from the two rounds' timed
+replays ``rounds_per_sync`` drafting rounds or ``plain_chunk`` plain rounds per chunk, keeps ``in_flight``
+chunks queued (one by default: on a small model a round queued behind the last one costs more than the host's
+read), and reads back only which rows are done and the counters, to stop and to choose the next chunk's kind from the two rounds' timed
 costs. A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
 finished still run and count as target forwards. The tokens are the same greedy tokens.
 
@@ -215,7 +216,7 @@ class SpeculativeEngine:
     def __init__(self, model: nn.Module, drafter: Drafter, max_len: int = 512, max_batch_size: int = 8,
                  ks=(1, 2, 4, 8), use_graph: bool | None = None, compile: bool | None = None,
                  adaptive: bool = True, plain_chunk: int = 4, margin: float = 0.2, prefill_bucket: int = 32,
-                 verify_cost=None, device_rounds: bool | None = None, rounds_per_sync: int = 1, in_flight: int = 2):
+                 verify_cost=None, device_rounds: bool | None = None, rounds_per_sync: int = 1, in_flight: int = 1):
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
                             f"got {type(model).__name__}")
@@ -414,9 +415,6 @@ class SpeculativeEngine:
             st.counts = torch.zeros(len(_COUNTS), dtype=torch.long, device=dev)
             st.hist = torch.zeros(self.k_max + 1, dtype=torch.long, device=dev)
             st.snap = torch.zeros(B + len(_COUNTS), dtype=torch.long, device=dev)
-            if dev.type == "cuda":
-                st.h_snap = [torch.zeros(B + len(_COUNTS), dtype=torch.long, pin_memory=True)
-                             for _ in range(self.in_flight)]
         if not st.graphs:
             return
         if st.round_drafter is not self.drafter:
@@ -681,8 +679,8 @@ class SpeculativeEngine:
 
     def _decode_rounds(self, st, rows, first, done, max_new, eos, k_draft, stats) -> list[list[int]]:
         """Greedy decoding on device rounds: every row's tokens, lengths and counters stay on the device; the
-        host replays ``rounds_per_sync`` rounds per chunk, each drafting ``k_draft`` tokens or none (a plain
-        round: adaptive k chooses between the two by their timed costs), keeps up to ``in_flight`` chunks
+        host replays ``rounds_per_sync`` rounds per chunk, each drafting ``k_draft`` tokens, or ``plain_chunk``
+        plain rounds (adaptive k chooses between the two by their timed costs), keeps up to ``in_flight`` chunks
         queued, and reads back which rows are done and the counters per chunk. Returns each row's new tokens
         (the prefill's first one included)."""
         B, S, lens = len(rows), self.slots, [len(r) for r in rows]
@@ -700,6 +698,8 @@ class SpeculativeEngine:
         st.counts.zero_()
         st.hist.zero_()
         cuda = self.device.type == "cuda"
+        while cuda and len(st.h_snap) < self.in_flight:   # a pinned read-back buffer per queued chunk
+            st.h_snap.append(torch.zeros(B + len(_COUNTS), dtype=torch.long, pin_memory=True))
         cost = ({j + 1: t / st.round_ms[0] for j, t in st.round_ms.items()}
                 if 0 in st.round_ms and k_draft in st.round_ms and not self._cost_given else st.cost or self.cost)
         c = {name: i + B for i, name in enumerate(_COUNTS)}
@@ -707,7 +707,8 @@ class SpeculativeEngine:
         t = time.perf_counter()
         while True:
             while len(queued) < self.in_flight:   # on a CPU the queued chunks simply run before the read
-                for _ in range(self.rounds_per_sync):
+                rounds = self.plain_chunk if k == 0 else self.rounds_per_sync
+                for _ in range(rounds):
                     if st.round_graphs:
                         st.round_graphs[k].replay()
                     else:
@@ -722,8 +723,8 @@ class SpeculativeEngine:
                     h, ev = st.snap.clone(), None
                 queued.append((k, h, ev))
                 stats.k_trace.append(k)
-                stats.target_forwards += self.rounds_per_sync
-                stats.plain_steps += self.rounds_per_sync * (k == 0)
+                stats.target_forwards += rounds
+                stats.plain_steps += rounds * (k == 0)
             kc, h, ev = queued.pop(0)
             if ev is not None:
                 ev.synchronize()
