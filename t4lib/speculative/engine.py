@@ -41,7 +41,8 @@ forward is bound by weights or launches, and two graphs keep the compile and cap
 replays ``rounds_per_sync`` drafting rounds or ``plain_chunk`` plain rounds per chunk, keeps ``in_flight``
 chunks queued (one by default: on a small model a round queued behind the last one costs more than the host's
 read), and reads back only which rows are done and the counters, to stop and to choose the next chunk's kind from the two rounds' timed
-costs. A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
+costs (a drafting round when its expected tokens per unit of cost beat a plain round's by ``round_margin``,
+0 by default: unlike a verify of the host loop, a round pays no round trip of its own). A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
 finished still run and count as target forwards. The tokens are the same greedy tokens.
 
 Sampling (``do_sample=True``, ``temperature``, ``top_k``, ``seed``): the target's distribution ``p`` at each
@@ -210,13 +211,16 @@ class SpeculativeEngine:
     adaptive rule (module docstring). ``prefill_bucket``: prompts are right-padded to a multiple of it, so
     the prefill sees few shapes (one graph each on CUDA). ``device_rounds`` (default: on CUDA): greedy
     decoding with a drafter that has ``propose_device`` (prompt lookup) drafts and accepts on the device,
-    ``rounds_per_sync`` rounds per host read and up to ``in_flight`` such chunks queued (module docstring).
+    ``rounds_per_sync`` rounds per host read and up to ``in_flight`` such chunks queued, ``round_margin``: the
+    gain per unit of cost a drafting round must show over a plain round (default 0: a round has no host round
+    trip of its own to pay for; ``margin`` prices that trip in the host loop) (module docstring).
     """
 
     def __init__(self, model: nn.Module, drafter: Drafter, max_len: int = 512, max_batch_size: int = 8,
                  ks=(1, 2, 4, 8), use_graph: bool | None = None, compile: bool | None = None,
                  adaptive: bool = True, plain_chunk: int = 4, margin: float = 0.2, prefill_bucket: int = 32,
-                 verify_cost=None, device_rounds: bool | None = None, rounds_per_sync: int = 1, in_flight: int = 1):
+                 verify_cost=None, device_rounds: bool | None = None, rounds_per_sync: int = 1, in_flight: int = 1,
+                 round_margin: float = 0.0):
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
                             f"got {type(model).__name__}")
@@ -251,6 +255,7 @@ class SpeculativeEngine:
         if not isinstance(prefill_bucket, int) or prefill_bucket < 1:
             raise ValueError(f"prefill_bucket must be an int >= 1, got {prefill_bucket!r}")
         self.adaptive, self.margin, self.prefill_bucket = adaptive, float(margin), prefill_bucket
+        self.round_margin = float(round_margin)
         # relative cost of a q-token forward; replaced by graph timings on CUDA
         self.cost = {q: 1.0 + 0.05 * (q - 1) for q in range(1, self.k_max + 2)}
         self._cost_given = verify_cost is not None
@@ -737,7 +742,7 @@ class SpeculativeEngine:
                                 (d[c["probe_succ"]], d[c["probe_trials"]]))
                 if trials:
                     alpha = 0.7 * alpha + 0.3 * succ / trials
-                k = k_draft if self._expected(alpha, k_draft) / cost[k_draft + 1] > 1.0 + self.margin else 0
+                k = k_draft if self._expected(alpha, k_draft) / cost[k_draft + 1] > 1.0 + self.round_margin else 0
             prev = snap
         # one read of everything (the chunks still queued ran too; their rows were done: no tokens)
         out = torch.cat([st.n, st.counts, st.hist, st.tokens.flatten()]).cpu().numpy()
