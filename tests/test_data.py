@@ -87,8 +87,9 @@ def test_honesty_answers_recheck_and_targets():
                 _recheck_steps(rec)
 
 
-def test_every_trace_is_certified():
-    traces = load("traces.jsonl")
+@pytest.mark.parametrize("name", ["traces.jsonl", "traces_wide.jsonl"])
+def test_every_trace_is_certified(name):
+    traces = load(name)
     assert len(traces) >= 600
     for t in traces:
         sec = schema.certify_trace(t["trace"], expected_answer=t["answer"])
@@ -126,6 +127,35 @@ def test_math_train_heldout_disjoint():
     assert {r["structure"] for r in held} == {r["structure"] for r in train}
     traces = load("traces.jsonl")
     assert {t["template"] for t in traces} <= {r["template"] for r in train}
+
+
+def _word_runs(text: str, n: int = 6) -> set[tuple[str, ...]]:
+    words = re.findall(r"\{\w+\}|[\w%/]+", text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def test_wide_traces_keep_heldout_wording_out():
+    """The SFT-only phrasings are new (not a train or held-out template), share no run of six words with a
+    held-out template, use only their structure's quantities, and the wide traces cover every structure in
+    its train templates plus five wide ones; no wide question is a held-out question."""
+    from data import build_traces
+
+    held = [t for ts in build_math.HELDOUT_TEMPLATES.values() for t in ts]
+    train = [t for ts in build_math.TRAIN_TEMPLATES.values() for t in ts]
+    held_runs = set().union(*map(_word_runs, held))
+    for structure, texts in build_traces.WIDE_TEMPLATES.items():
+        assert len(texts) == 5 and structure in build_math.STRUCTURES
+        names = set(build_math.STRUCTURES[structure]["sample"](__import__("random").Random(0)))
+        for t in texts:
+            assert t not in held and t not in train
+            assert not _word_runs(t) & held_runs, t
+            assert set(re.findall(r"\{(\w+)\}", t)) - {"n1", "n2", "items", "item"} <= names, t
+    wide = load("traces_wide.jsonl")
+    per = {}
+    for r in wide:
+        per.setdefault(r["structure"], set()).add(r["template"])
+    assert all(len(v) == 8 for v in per.values()) and set(per) == set(build_math.STRUCTURES)
+    assert not {r["question"] for r in wide} & {r["question"] for r in load("math_heldout.jsonl")}
 
 
 def _word_re(words):

@@ -301,6 +301,9 @@ def main(argv=None):
     ap.add_argument("--eval-sets", default=",".join(EVAL_SETS))
     ap.add_argument("--eval-only", action="store_true", help="evaluate the base (plain and tag formats) only")
     ap.add_argument("--replay", type=int, default=0, help="plain-format math problems mixed into the traces")
+    ap.add_argument("--traces", default="traces.jsonl",
+                    help="the trace file in data/: traces.jsonl (800, the train templates) or traces_wide.jsonl "
+                         "(1600, eight phrasings per structure)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
@@ -315,8 +318,11 @@ def main(argv=None):
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
         Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
         return
+    from ..models import corpus
     rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
-              eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay)
+              eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay,
+              train_records=corpus.load_jsonl(a.traces))
+    rec["data"]["traces"] = a.traces
     from pathlib import Path
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
