@@ -119,6 +119,20 @@ def _round_post(logits, draft, dlen, tokens, n, limit, done, eos, counts, hist, 
     snap.copy_(torch.cat([done.long(), counts]))
 
 
+def _median_replay_ms(graph, reset, reps: int = 5) -> float:
+    """Median GPU milliseconds of one replay of a captured graph, ``reset()`` before each."""
+    ts = []
+    for _ in range(reps):
+        reset()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return sorted(ts)[reps // 2]
+
+
 @dataclass
 class SpecStats:
     """What one ``generate`` call did (all counts over the whole batch)."""
@@ -376,19 +390,12 @@ class SpeculativeEngine:
             with torch.cuda.graph(g):
                 fn()
             st.graphs[key] = g
-        times = {}
-        for key, g in st.graphs.items():   # the verify-cost curve of this model and batch, for adaptive k
-            ts = []
-            for _ in range(5):
-                st.cache.pos.zero_()
-                st.chunk_idx.zero_()
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                b.synchronize()
-                ts.append(a.elapsed_time(b))
-            times[max(key, 1)] = sorted(ts)[2]
+        def reset():
+            st.cache.pos.zero_()
+            st.chunk_idx.zero_()
+
+        # the verify-cost curve of this model and batch, for adaptive k
+        times = {max(key, 1): _median_replay_ms(g, reset) for key, g in st.graphs.items()}
         st.graph_ms = times
         if not self._cost_given:
             st.cost = {q: t / times[1] for q, t in times.items()}
@@ -457,16 +464,7 @@ class SpeculativeEngine:
                 self._round(st, k)
             st.round_graphs[k] = g
         for k in ks:   # the rounds' own costs, for adaptive k
-            g, ts = st.round_graphs[k], []
-            for _ in range(5):
-                self._reset_rounds(st)
-                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                a.record()
-                g.replay()
-                b.record()
-                b.synchronize()
-                ts.append(a.elapsed_time(b))
-            st.round_ms[k] = sorted(ts)[2]
+            st.round_ms[k] = _median_replay_ms(st.round_graphs[k], lambda: self._reset_rounds(st))
         self._reset_rounds(st)
 
     # ------------------------------------------------------------------ prefill
