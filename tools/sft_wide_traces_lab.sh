@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Full fine-tuning of tiny-gpu with the kept recipe (lr 5e-4, batch 32, 200 optimizer steps) on the 800 traces of
+# the train templates (8 epochs) and on the 1600 traces of traces_wide.jsonl, eight phrasings per structure
+# (4 epochs, the same number of steps), evaluated on the 696 1-2 step held-out problems; wide seeds 0, 1, 2.
+# Two runs at a time, one thread each; about 20 minutes per pair on 2 CPU cores, or 2 minutes on a GPU.
+#   bash tools/sft_wide_traces_lab.sh
+# then gathers the records into $OUT/wide/sft_wide_traces_lab.json (results/cpu/labs/ holds the CPU run).
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT/wide"
+run() {  # name, traces, epochs, seed
+  OMP_NUM_THREADS=1 python3 -m t4lib.train.sft --model tiny-gpu --method full --base fp32 --lr 5e-4 --epochs "$3" \
+    --seed "$4" --traces "$2" --eval-sets heldout_1_2 --out "$OUT/wide/$1.json" > "$OUT/wide/$1.log" 2>&1
+}
+run traces_s0 traces.jsonl 8 0 & run wide_s0 traces_wide.jsonl 4 0 & wait
+run wide_s1 traces_wide.jsonl 4 1 & run wide_s2 traces_wide.jsonl 4 2 & wait
+python3 tools/sft_wide_traces_gather.py "$OUT/wide" "$OUT/wide/sft_wide_traces_lab.json"
