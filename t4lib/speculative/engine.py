@@ -40,10 +40,11 @@ which also scores a one-token draft for adaptive ``k``): a round's cost barely g
 forward is bound by weights or launches, and two graphs keep the compile and capture time short. The host
 replays ``rounds_per_sync`` drafting rounds or ``plain_chunk`` plain rounds per chunk, keeps ``in_flight``
 chunks queued (one by default: on a small model a round queued behind the last one costs more than the host's
-read), and reads back only which rows are done and the counters, to stop and to choose the next chunk's kind from the two rounds' timed
-costs (a drafting round when its expected tokens per unit of cost beat a plain round's by ``round_margin``,
-0 by default: unlike a verify of the host loop, a round pays no round trip of its own). A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row
-finished still run and count as target forwards. The tokens are the same greedy tokens.
+read), and reads back only which rows are done and the counters, to stop and to choose the next chunk's kind
+from the two rounds' timed costs (a drafting round when its expected tokens per unit of cost beat a plain
+round's by ``round_margin``, 0 by default: unlike a verify of the host loop, a round pays no round trip of its
+own). A row that finishes mid-chunk idles (its rounds emit nothing); chunks queued after the last row finished
+still run and count as target forwards. The tokens are the same greedy tokens.
 
 Sampling (``do_sample=True``, ``temperature``, ``top_k``, ``seed``): the target's distribution ``p`` at each
 verified position is :class:`.sampling.Sampler` applied to the verify's logits (the graph's output buffer on
