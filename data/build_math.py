@@ -271,11 +271,11 @@ def make_problem(rng: random.Random, tid: str, structure: str, text: str, names=
                 values={k: int(x) for k, x in v.items()})
 
 
-def unique_problems(split: str, seed: int):
-    """Problems from ``split``'s templates, cycling through them in order, each
-    question text at most once (a generator; deterministic for a seed)."""
+def unique_problems(split: str, seed: int, templates: dict[str, tuple[str, str]] | None = None):
+    """Problems from ``split``'s templates (or ``templates``, ``{template_id: (structure, text)}``), cycling
+    through them in id order, each question text at most once (a generator; deterministic for a seed)."""
     rng = random.Random(seed)
-    tids = sorted(template_ids(split).items())
+    tids = sorted((templates or template_ids(split)).items())
     seen, i = set(), 0
     while True:
         tid, (structure, text) = tids[i % len(tids)]

@@ -26,10 +26,10 @@ import re
 
 try:
     from _common import out_dir, write_jsonl
-    from build_math import STRUCTURES, TRAIN_TEMPLATES, make_problem, unique_problems
+    from build_math import STRUCTURES, template_ids, unique_problems
 except ImportError:
     from data._common import out_dir, write_jsonl
-    from data.build_math import STRUCTURES, TRAIN_TEMPLATES, make_problem, unique_problems
+    from data.build_math import STRUCTURES, template_ids, unique_problems
 
 from t4lib.models.schema import certify_trace, render_trace
 
@@ -164,20 +164,9 @@ def make_trace(rec: dict) -> str:
 
 
 def wide_problems(seed: int):
-    """Problems cycling through the train templates and ``WIDE_TEMPLATES`` in order, each question at most
-    once (deterministic for a seed)."""
-    import random
-    rng = random.Random(seed)
-    tids = sorted([(f"train/{s}/{i}", s, t) for s, ts in TRAIN_TEMPLATES.items() for i, t in enumerate(ts)]
-                  + [(f"wide/{s}/{i}", s, t) for s, ts in WIDE_TEMPLATES.items() for i, t in enumerate(ts)])
-    seen, i = set(), 0
-    while True:
-        tid, structure, text = tids[i % len(tids)]
-        i += 1
-        rec = make_problem(rng, tid, structure, text)
-        if rec["question"] not in seen:
-            seen.add(rec["question"])
-            yield tid, structure, rec
+    """Problems cycling through the train templates and ``WIDE_TEMPLATES``, each question at most once."""
+    wide = {f"wide/{s}/{i}": (s, t) for s, ts in WIDE_TEMPLATES.items() for i, t in enumerate(ts)}
+    return unique_problems("train", seed, {**template_ids("train"), **wide})
 
 
 def build_traces(n: int, seed: int, problems=None) -> list[dict]:
