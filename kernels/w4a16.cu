@@ -27,6 +27,8 @@
 // bit-identical for any grid cap (max_ctas, occupancy pacing).
 #include <mma.h>
 
+#include <algorithm>
+
 #include "gemv.cuh"
 
 // t4lib:hot gemv_kernel w4a16_gemm_kernel w4a16_mma_kernel
@@ -313,6 +315,16 @@ int gemm_launch(const half* x, const uint8_t* qw, const half* scales, half* y, f
 
 bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 
+// Sums split > 1's fp32 partials ws [splits, mn] into y in split order.
+int splitk_reduce(const float* ws, half* y, long long mn, int splits, int max_ctas, cudaStream_t stream) {
+  long long grid = (mn + 255) / 256;
+  const long long cap = 4LL * sm_count() * 8;
+  if (grid > cap) grid = cap;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
+  T4_RETURN_LAUNCH_STATUS();
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- small-M tensor-core GEMM
@@ -334,14 +346,16 @@ bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 // 16-byte loads of x (L1-cached: every warp of the SM reads the same x), so neither ldmatrix nor a
 // shared-memory stage is needed for the activations.
 //
-// Work: item = (R consecutive 16-row tiles, one of `splits` K ranges); the 4 warps of a CTA take the
-// k-tiles of the range round-robin and are summed in warp order through shared memory; split > 1
-// writes fp32 partials that w4a16_splitk_reduce_kernel sums in split order. sm_75 has no cp.async:
-// each warp keeps kMmaStages k-tiles of weight loads in flight in registers (the next ones are issued
-// before the current one is dequantized and multiplied).
+// Work: item = (R consecutive 16-row tiles, one of `splits` K ranges); the W warps of a CTA (W = 4, 8
+// or 16) take the k-tiles of the range round-robin and are summed in warp order through shared memory;
+// split > 1 writes fp32 partials that w4a16_splitk_reduce_kernel sums in split order. sm_75 has no
+// cp.async: each warp keeps kMmaStages k-tiles of weight loads in flight in registers (the next ones are
+// issued before the current one is dequantized and multiplied), so the bytes in flight on an SM are its
+// resident warps times kMmaStages * R * 512: W is how a shape with few row tiles fills the memory pipe
+// without split-K's fp32 partials and second kernel.
 namespace {
 
-constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps, kMmaTileK = 64, kMmaStages = 4;
+constexpr int kMmaTileK = 64, kMmaStages = 4;
 
 // Read-once weight stream: bypass L1 so x and the scales keep it.
 __device__ __forceinline__ uint4 ldg_stream(const uint4* p) {
@@ -371,9 +385,14 @@ __device__ __forceinline__ void mma_16x8x8(float (&c)[4], uint32_t a0, uint32_t 
       : "r"(a0), "r"(a1), "r"(b0));
 }
 
-// CTAs per SM for __launch_bounds__: a register cap of 64K / (128 threads * blocks).
-template <int MT>
-struct MmaMinBlocks : std::integral_constant<int, MT <= 2 ? 4 : (MT <= 4 ? 3 : 2)> {};
+// CTAs per SM for __launch_bounds__: 16, 12 or 8 resident warps by M-tile count (a register cap of
+// 64K / (32 W * blocks)), at least one CTA.
+template <int MT, int W>
+struct MmaMinBlocks : std::integral_constant<int, ((MT <= 2 ? 16 : (MT <= 4 ? 12 : 8)) / W > 1)
+                                                      ? (MT <= 2 ? 16 : (MT <= 4 ? 12 : 8)) / W : 1> {};
+
+// Warps per CTA the kernel is built for at MT M-tiles: 16 only while its accumulators stay small.
+__host__ __device__ constexpr bool mma_warps_built(int MT, int W) { return W == 4 || W == 8 || (W == 16 && MT <= 2); }
 
 // One 16-row tile's k-tile as loaded: the lane's 16 weight bytes and its (row g, row g + 8) scales.
 struct MmaFrag {
@@ -390,19 +409,26 @@ struct MmaArgs {
   int M, N, K, KT, G, gshift, splits, n_items;
 };
 
-template <int R>
+template <int R, int Mode = 0>
 __device__ __forceinline__ void mma_load(MmaFrag (&f)[R], const MmaArgs& a, int nt0, int kt, int lane) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const long long nt = nt0 + r;
+    if constexpr (Mode == 3) {  // kMmaMathOnly: no global read, values the compiler cannot hoist
+      const uint32_t h = (uint32_t)(nt * a.KT + kt) * 0x9E3779B9u ^ (uint32_t)lane;
+      f[r].q = make_uint4(h, h ^ 0x5A5A5A5Au, h * 3u, h ^ 0x33333333u);
+      f[r].s = 0x3C003C00u ^ (h & 0x00FF00FFu);
+      continue;
+    }
     f[r].q = ldg_stream(a.tiles + (nt * a.KT + kt) * 32 + lane);
     f[r].s = __ldg(a.scales + (nt * a.G + ((kt * kMmaTileK + 16 * (lane & 3)) >> a.gshift)) * 8 + (lane >> 2));
   }
 }
 
 // acc[r][mt] += tile rows (nt0 + r) . x[8 mt .. 8 mt + 7]^T over k-tile kt.
-// Ablations (measurement only, results are garbage): which stage the time goes to.
-enum MmaMode { kMmaFull = 0, kMmaLoadsOnly = 1, kMmaNoTensorCores = 2 };
+// Ablations (measurement only, results are garbage): which stage the time goes to. kMmaMathOnly
+// reads no weights (the fragments are made from the tile index): x loads, dequantization and MMAs only.
+enum MmaMode { kMmaFull = 0, kMmaLoadsOnly = 1, kMmaNoTensorCores = 2, kMmaMathOnly = 3 };
 
 // The lane's B operands of k-tile kt: x[8 mt + g][k .. k + 15], zeros beyond M or K (K % 16 == 0:
 // a lane's 16 columns are whole or none).
@@ -467,9 +493,11 @@ __device__ __forceinline__ void mma_tile(const MmaFrag (&f)[R], const uint4 (&xb
   }
 }
 
-template <int MT, int R, int Mode = kMmaFull, int kStages = kMmaStages, int kChains = MmaChains<MT, R>::value>
-__global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mma_kernel(const MmaArgs a) {
-  __shared__ float red[kMmaWarps - 1][R * MT * 4][32];  // warps 1..3's partial sums
+template <int MT, int R, int W, int Mode = kMmaFull, int kChains = MmaChains<MT, R>::value>
+__global__ void __launch_bounds__(32 * W, MmaMinBlocks<MT, W>::value) w4a16_mma_kernel(const MmaArgs a) {
+  static_assert(mma_warps_built(MT, W), "warps per CTA not built for this M-tile count");
+  constexpr int kStages = kMmaStages;
+  __shared__ float red[R * MT * 4][32];  // the running sum of warps 0..w-1
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per = (a.KT + a.splits - 1) / a.splits;
 
@@ -477,7 +505,7 @@ __global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mm
     const int split = item % a.splits, nt0 = (item / a.splits) * R;
     const int kt_end = min(a.KT, (split + 1) * per);
     const int first = split * per + warp;
-    constexpr int kStep = kMmaWarps * kStages;  // k-tiles between two uses of one stage
+    constexpr int kStep = W * kStages;  // k-tiles between two uses of one stage
 
     float accs[kChains][R][MT][4];
 #pragma unroll
@@ -492,16 +520,16 @@ __global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mm
     MmaFrag st[kStages][R];  // k-tiles first + s * 4, s < kStages, in flight
 #pragma unroll
     for (int s = 0; s < kStages; ++s)
-      if (first + s * kMmaWarps < kt_end) mma_load<R>(st[s], a, nt0, first + s * kMmaWarps, lane);
+      if (first + s * W < kt_end) mma_load<R, Mode>(st[s], a, nt0, first + s * W, lane);
     for (int base = first; base < kt_end; base += kStep) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
-        const int kt = base + s * kMmaWarps;
+        const int kt = base + s * W;
         if (kt < kt_end) {  // warp-uniform
           MmaFrag cur[R];
 #pragma unroll
           for (int r = 0; r < R; ++r) cur[r] = st[s][r];
-          if (kt + kStep < kt_end) mma_load<R>(st[s], a, nt0, kt + kStep, lane);  // in flight during the math
+          if (kt + kStep < kt_end) mma_load<R, Mode>(st[s], a, nt0, kt + kStep, lane);  // in flight during the math
           uint4 xb[MT][2];
           mma_load_x<MT>(xb, a, kt, lane);
           mma_tile<MT, R, Mode, kChains>(cur, xb, accs);
@@ -518,36 +546,32 @@ __global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mm
           for (int c = 0; c < 4; ++c) acc[r][mt][c] += accs[1][r][mt][c];
     }
 
-    // Sum the 4 warps in warp order; warp 0 stores. C fragment: c0, c1 = (row g, m = 2t, 2t + 1),
-    // c2, c3 = (row g + 8, same m).
-    if (warp > 0) {
+    // Sum the W warps in warp order, ((w0 + w1) + w2) + ..., one warp at a time through `red`; the last
+    // warp stores. C fragment: c0, c1 = (row g, m = 2t, 2t + 1), c2, c3 = (row g + 8, same m).
+    const int g = lane >> 2, t = lane & 3;
+    for (int w = 0; w < W; ++w) {
+      if (warp == w) {
 #pragma unroll
-      for (int r = 0; r < R; ++r)
+        for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+          for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int c = 0; c < 4; ++c) red[warp - 1][(r * MT + mt) * 4 + c][lane] = acc[r][mt][c];
-    }
-    __syncthreads();
-    if (warp == 0) {
-      const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            float v = acc[r][mt][c];
-#pragma unroll
-            for (int w = 0; w < kMmaWarps - 1; ++w) v += red[w][(r * MT + mt) * 4 + c][lane];
-            const int n = (nt0 + r) * 16 + g + (c >> 1) * 8, m = 8 * mt + 2 * t + (c & 1);
-            if (m < a.M && n < a.N) {
-              if (a.splits == 1) a.y[(long long)m * a.N + n] = __float2half_rn(v);
-              else a.ws[((long long)split * a.M + m) * a.N + n] = v;
+            for (int c = 0; c < 4; ++c) {
+              float& slot = red[(r * MT + mt) * 4 + c][lane];
+              const float v = w == 0 ? acc[r][mt][c] : slot + acc[r][mt][c];
+              if (w < W - 1) {
+                slot = v;
+                continue;
+              }
+              const int n = (nt0 + r) * 16 + g + (c >> 1) * 8, m = 8 * mt + 2 * t + (c & 1);
+              if (m < a.M && n < a.N) {
+                if (a.splits == 1) a.y[(long long)m * a.N + n] = __float2half_rn(v);
+                else a.ws[((long long)split * a.M + m) * a.N + n] = v;
+              }
             }
-          }
+      }
+      __syncthreads();  // warp w's sum is in `red` before warp w + 1 adds to it (and before the next item)
     }
-    __syncthreads();  // red is rewritten by the next item
   }
 }
 
@@ -560,36 +584,73 @@ constexpr int kMmaMaxSplits = 16;
 // R = 1 won or tied at 1536x8960 (M <= 16), 896x4864 and 4864x896, tied at 8960x1536 (M <= 16).
 int mma_default_r(int K, int n_tiles16) { return K >= 4096 && n_tiles16 >= 64 ? 2 : 1; }
 
-template <int MT, int R>
+template <int MT, int R, int W, int Mode = kMmaFull>
 int mma_occupancy() {
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R>, kMmaThreads, 0);
-  return per_sm > 0 ? per_sm : 1;
+  if constexpr (!mma_warps_built(MT, W)) {
+    return 0;
+  } else {
+    int per_sm = 0;
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R, W, Mode>, 32 * W, 0);
+    return per_sm > 0 ? per_sm : 1;
+  }
 }
 
-template <int MT>
-int mma_occupancy_r(int R) { return R == 1 ? mma_occupancy<MT, 1>() : mma_occupancy<MT, 2>(); }
-
-int mma_occupancy_for(int MT, int R) {
+// Calls f.template run<MT, R, W>() for runtime (MT, R, W); W must be built for MT.
+template <class F>
+int mma_dispatch(int MT, int R, int W, F&& f) {
+  auto by_w = [&](auto mt, auto r) {
+    constexpr int kMT = decltype(mt)::value, kR = decltype(r)::value;
+    if (W == 4) return f.template run<kMT, kR, 4>();
+    if (W == 8) return f.template run<kMT, kR, 8>();
+    if constexpr (mma_warps_built(kMT, 16)) return f.template run<kMT, kR, 16>();
+    return static_cast<int>(cudaErrorInvalidValue);
+  };
+  auto by_r = [&](auto mt) {
+    return R == 1 ? by_w(mt, std::integral_constant<int, 1>{}) : by_w(mt, std::integral_constant<int, 2>{});
+  };
   switch (MT) {
-    case 1: return mma_occupancy_r<1>(R);
-    case 2: return mma_occupancy_r<2>(R);
-    case 3: return mma_occupancy_r<3>(R);
-    case 4: return mma_occupancy_r<4>(R);
-    case 5: return mma_occupancy_r<5>(R);
-    case 6: return mma_occupancy_r<6>(R);
-    case 7: return mma_occupancy_r<7>(R);
-    default: return mma_occupancy_r<8>(R);
+    case 1: return by_r(std::integral_constant<int, 1>{});
+    case 2: return by_r(std::integral_constant<int, 2>{});
+    case 3: return by_r(std::integral_constant<int, 3>{});
+    case 4: return by_r(std::integral_constant<int, 4>{});
+    case 5: return by_r(std::integral_constant<int, 5>{});
+    case 6: return by_r(std::integral_constant<int, 6>{});
+    case 7: return by_r(std::integral_constant<int, 7>{});
+    default: return by_r(std::integral_constant<int, 8>{});
   }
+}
+
+struct MmaOccupancy {
+  template <int MT, int R, int W>
+  int run() const { return mma_occupancy<MT, R, W>(); }
+};
+
+int mma_occupancy_for(int MT, int R, int W) { return mma_dispatch(MT, R, W, MmaOccupancy{}); }
+
+// Warps per CTA: the fewest (4, 8, 16 where built) that give every SM at least kMmaFillWarps resident
+// warps of weight loads while each warp keeps at least kMmaMinTilesPerWarp k-tiles (pipeline fill);
+// else the most that keep it. More warps per CTA split the K range inside the CTA, which costs one
+// shared-memory sum per item instead of split-K's fp32 partials and reduce kernel.
+constexpr int kMmaFillWarps = 16, kMmaMinTilesPerWarp = 8;
+
+int mma_choose_warps(int MT, int R, long long items1, int KT, int sms) {
+  int best = 4;
+  for (int W : {4, 8, 16}) {
+    if (!mma_warps_built(MT, W)) break;
+    if (W > 4 && KT < W * kMmaMinTilesPerWarp) break;
+    best = W;
+    const long long ctas = std::min<long long>(items1, (long long)sms * mma_occupancy_for(MT, R, W));
+    if (ctas * W >= (long long)kMmaFillWarps * sms) break;
+  }
+  return best;
 }
 
 // Splits minimising a cost in k-tile steps of one warp: resident rounds x (k-tiles per warp +
 // pipeline fill) + the fp32 partials' write and re-read (and the reduce launch) when split.
-int mma_choose_splits(int M, int N, int K, int R, int slots) {
-  const int MT = (M + 7) / 8;
+int mma_choose_splits(int M, int N, int K, int R, int W, int slots) {
   const long long items1 = (long long)((N + 31) / 32 * 2) / R;
   const int KT = (K + kMmaTileK - 1) / kMmaTileK;
-  const double step_bytes = (double)slots * kMmaWarps * R * 512;  // weight bytes of one k-step of all warps
+  const double step_bytes = (double)slots * W * R * 512;  // weight bytes of one k-step of all warps
   double best = 1e300;
   int best_s = 1;
   for (int s = 1; s <= kMmaMaxSplits && s <= KT; ++s) {
@@ -597,46 +658,43 @@ int mma_choose_splits(int M, int N, int K, int R, int slots) {
     if ((long long)per * (s - 1) >= KT) break;  // an empty split
     const long long items = items1 * s;
     const double rounds = (double)((items + slots - 1) / slots);
-    double cost = rounds * ((per + kMmaWarps - 1) / kMmaWarps + 2.0);
+    double cost = rounds * ((per + W - 1) / W + 2.0);
     if (s > 1) cost += 2.0 * s * M * (double)N * 4 / step_bytes + 2.0;
     if (cost < best * 0.98) best = cost, best_s = s;  // a split must pay for itself clearly
   }
-  (void)MT;
   return best_s;
 }
 
-template <int MT, int R, int Mode = kMmaFull, int kStages = kMmaStages, int kChains = MmaChains<MT, R>::value>
+template <int MT, int R, int W, int Mode = kMmaFull>
 int mma_launch_t(const MmaArgs& a, int max_ctas, cudaStream_t stream) {
-  int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R, Mode, kStages, kChains>,
-                                                kMmaThreads, 0);
-  long long grid = (long long)sm_count() * (per_sm > 0 ? per_sm : 1);
-  if (grid > a.n_items) grid = a.n_items;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  w4a16_mma_kernel<MT, R, Mode, kStages, kChains><<<(int)grid, kMmaThreads, 0, stream>>>(a);
-  return static_cast<int>(cudaGetLastError());
-}
-
-// kOtherChains: the accumulator-set count MmaChains does not pick (a measurement variant).
-template <int MT, int Mode = kMmaFull, int kStages = kMmaStages, bool kOtherChains = false>
-int mma_launch_r(const MmaArgs& a, int R, int max_ctas, cudaStream_t stream) {
-  constexpr int kC1 = kOtherChains ? 3 - MmaChains<MT, 1>::value : MmaChains<MT, 1>::value;
-  constexpr int kC2 = kOtherChains ? 3 - MmaChains<MT, 2>::value : MmaChains<MT, 2>::value;
-  return R == 1 ? mma_launch_t<MT, 1, Mode, kStages, kC1>(a, max_ctas, stream)
-                : mma_launch_t<MT, 2, Mode, kStages, kC2>(a, max_ctas, stream);
-}
-
-// Measurement variants exist for M-tile counts 1, 2 and 8 only (M = 1..8, 9..16, 57..64).
-template <int Mode, int kStages = kMmaStages, bool kOtherChains = false>
-int mma_launch_variant(const MmaArgs& a, int R, int max_ctas, cudaStream_t stream) {
-  switch ((a.M + 7) / 8) {
-    case 1: return mma_launch_r<1, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
-    case 2: return mma_launch_r<2, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
-    case 8:  // the other chain count is not built for 8 M-tiles (8 independent chains already)
-      if constexpr (kOtherChains) return static_cast<int>(cudaErrorInvalidValue);
-      else return mma_launch_r<8, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
-    default: return static_cast<int>(cudaErrorInvalidValue);
+  if constexpr (!mma_warps_built(MT, W)) {
+    return static_cast<int>(cudaErrorInvalidValue);
+  } else {
+    long long grid = (long long)sm_count() * mma_occupancy<MT, R, W, Mode>();
+    if (grid > a.n_items) grid = a.n_items;
+    if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+    w4a16_mma_kernel<MT, R, W, Mode><<<(int)grid, 32 * W, 0, stream>>>(a);
+    return static_cast<int>(cudaGetLastError());
   }
+}
+
+// Measurement variants (ablations, Mode > 0) exist for M-tile counts 1, 2 and 8 only (M = 1..8, 9..16,
+// 57..64).
+template <int Mode>
+struct MmaLaunch {
+  const MmaArgs& a;
+  int max_ctas;
+  cudaStream_t stream;
+  template <int MT, int R, int W>
+  int run() const {
+    if constexpr (Mode == kMmaFull || MT == 1 || MT == 2 || MT == 8) return mma_launch_t<MT, R, W, Mode>(a, max_ctas, stream);
+    else return static_cast<int>(cudaErrorInvalidValue);
+  }
+};
+
+template <int Mode>
+int mma_launch(const MmaArgs& a, int R, int W, int max_ctas, cudaStream_t stream) {
+  return mma_dispatch((a.M + 7) / 8, R, W, MmaLaunch<Mode>{a, max_ctas, stream});
 }
 
 }  // namespace
@@ -698,46 +756,45 @@ T4_API int t4_w4a16_gemm(const uint32_t* qweight, const half* scales, const half
     default: st = gemm_launch<64>(x, qw, scales, y, ws, M, N, K, gshift, splits, max_ctas, stream); break;
   }
   if (st || splits == 1) return st;
-  const long long mn = (long long)M * N;
-  long long grid = (mn + 255) / 256;
-  const long long cap = 4LL * sm_count() * 8;
-  if (grid > cap) grid = cap;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
-  T4_RETURN_LAUNCH_STATUS();
+  return splitk_reduce(ws, y, (long long)M * N, splits, max_ctas, stream);
 }
 
 // ---------------------------------------------------------------- small-M tensor-core GEMM launchers
 
 // Launch configuration of t4_w4a16_mma for this shape on the current device: out[0] = R (16-row
-// tiles per work item), out[1] = K splits (the caller allocates splits * M * N fp32 when > 1).
-// r_force (1 or 2) fixes R, splits_force (>= 1) fixes the splits (measurement labs); 0 = choose.
-T4_API int t4_w4a16_mma_config(int M, int N, int K, int r_force, int splits_force, int* out) {
-  if (M < 1 || M > 8 * kMmaMaxMT || N < 1 || K < 1 || r_force < 0 || r_force > 2 || splits_force < 0)
+// tiles per work item), out[1] = K splits (the caller allocates splits * M * N fp32 when > 1),
+// out[2] = W (warps per CTA). r_force (1 or 2), splits_force (>= 1) and warps_force (4, 8, or 16
+// for M <= 16) fix them (measurement labs); 0 = choose.
+T4_API int t4_w4a16_mma_config(int M, int N, int K, int r_force, int splits_force, int warps_force, int* out) {
+  if (M < 1 || M > 8 * kMmaMaxMT || N < 1 || K < 1 || r_force < 0 || r_force > 2 || splits_force < 0 ||
+      (warps_force && !mma_warps_built((M + 7) / 8, warps_force)))
     return static_cast<int>(cudaErrorInvalidValue);
   const int MT = (M + 7) / 8, n_tiles16 = (N + 31) / 32 * 2, sms = sm_count();
-  int R = r_force ? r_force : mma_default_r(K, n_tiles16);
-  const int slots = sms * mma_occupancy_for(MT, R);
   const int KT = (K + kMmaTileK - 1) / kMmaTileK;
-  int splits = splits_force ? splits_force : mma_choose_splits(M, N, K, R, slots);
+  const int R = r_force ? r_force : mma_default_r(K, n_tiles16);
+  const int W = warps_force ? warps_force : mma_choose_warps(MT, R, n_tiles16 / R, KT, sms);
+  const int slots = sms * mma_occupancy_for(MT, R, W);
+  int splits = splits_force ? splits_force : mma_choose_splits(M, N, K, R, W, slots);
   if (splits > KT) splits = KT;
   const int per = (KT + splits - 1) / splits;
   out[0] = R;
   out[1] = (KT + per - 1) / per;  // no empty split
+  out[2] = W;
   return 0;
 }
 
 // y[M, N] = x[M, K] @ W_deq[N, K]^T for M = 1..64 from the tensor-core layout (see the MMA section):
 // tiles [ceil(N/32)*2][ceil(K/64)][32] uint4, scales [ceil(N/32)*2][groups][8] half2 with
-// groups = ceil(K/64) * 64 / group_size. x 16-byte aligned, K % 32 == 0. R and splits from
+// groups = ceil(K/64) * 64 / group_size. x 16-byte aligned, K % 32 == 0. R, splits and W from
 // t4_w4a16_mma_config; ws: splits * M * N fp32 (nullptr if splits == 1).
-// variant: 0 = the kernel. Measurement variants, M in 1..16 or 57..64 only: 1 = loads only and
-// 2 = loads and dequantization without the MMAs (output meaningless), 3 / 4 = 2 / 6 register
-// stages of weight loads instead of 4, 5 = the other accumulator-set count (M <= 16).
+// variant: 0 = the kernel. Measurement variants (output meaningless), M in 1..16 or 57..64 only:
+// 1 = weight loads only, 2 = loads and dequantization without the MMAs, 3 = x loads, dequantization
+// and MMAs without reading the weights.
 T4_API int t4_w4a16_mma(const void* tiles, const void* scales, const half* x, half* y, float* ws, int M, int N,
-                        int K, int group_size, int R, int splits, int max_ctas, int variant, cudaStream_t stream) {
-  if (variant < 0 || variant > 5 || !valid_group(group_size) || K % group_size || M < 1 || M > 8 * kMmaMaxMT || N < 1 || (R != 1 && R != 2) ||
-      splits < 1 || (splits > 1 && !ws))
+                        int K, int group_size, int R, int splits, int W, int max_ctas, int variant,
+                        cudaStream_t stream) {
+  if (variant < 0 || variant > 3 || !valid_group(group_size) || K % group_size || M < 1 || M > 8 * kMmaMaxMT ||
+      N < 1 || (R != 1 && R != 2) || !mma_warps_built((M + 7) / 8, W) || splits < 1 || (splits > 1 && !ws))
     return static_cast<int>(cudaErrorInvalidValue);
   MmaArgs a{};
   a.tiles = static_cast<const uint4*>(tiles);
@@ -756,27 +813,12 @@ T4_API int t4_w4a16_mma(const void* tiles, const void* scales, const half* x, ha
   a.splits = splits;
   a.n_items = (N + 31) / 32 * 2 / R * splits;
   int st;
-  if (variant == 1) return mma_launch_variant<kMmaLoadsOnly>(a, R, max_ctas, stream);
-  if (variant == 2) return mma_launch_variant<kMmaNoTensorCores>(a, R, max_ctas, stream);
-  if (variant == 3) st = mma_launch_variant<kMmaFull, 2>(a, R, max_ctas, stream);
-  else if (variant == 4) st = mma_launch_variant<kMmaFull, 6>(a, R, max_ctas, stream);
-  else if (variant == 5) st = mma_launch_variant<kMmaFull, kMmaStages, true>(a, R, max_ctas, stream);
-  else switch ((M + 7) / 8) {
-    case 1: st = mma_launch_r<1>(a, R, max_ctas, stream); break;
-    case 2: st = mma_launch_r<2>(a, R, max_ctas, stream); break;
-    case 3: st = mma_launch_r<3>(a, R, max_ctas, stream); break;
-    case 4: st = mma_launch_r<4>(a, R, max_ctas, stream); break;
-    case 5: st = mma_launch_r<5>(a, R, max_ctas, stream); break;
-    case 6: st = mma_launch_r<6>(a, R, max_ctas, stream); break;
-    case 7: st = mma_launch_r<7>(a, R, max_ctas, stream); break;
-    default: st = mma_launch_r<8>(a, R, max_ctas, stream); break;
+  switch (variant) {
+    case 1: st = mma_launch<kMmaLoadsOnly>(a, R, W, max_ctas, stream); break;
+    case 2: st = mma_launch<kMmaNoTensorCores>(a, R, W, max_ctas, stream); break;
+    case 3: st = mma_launch<kMmaMathOnly>(a, R, W, max_ctas, stream); break;
+    default: st = mma_launch<kMmaFull>(a, R, W, max_ctas, stream); break;
   }
   if (st || splits == 1) return st;
-  const long long mn = (long long)M * N;
-  long long grid = (mn + 255) / 256;
-  const long long cap = 4LL * sm_count() * 8;
-  if (grid > cap) grid = cap;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
-  T4_RETURN_LAUNCH_STATUS();
+  return splitk_reduce(ws, y, (long long)M * N, splits, max_ctas, stream);
 }

@@ -199,14 +199,19 @@ def test_mma_matches_reference(M, nan_empty):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("r,splits", [(1, 1), (2, 1), (1, 3), (2, 5), (2, 16)])
+@pytest.mark.parametrize("r,splits,warps", [(1, 1, 4), (2, 1, 8), (1, 3, 16), (2, 5, 4), (2, 16, 8), (2, 2, 16),
+                                            (1, 1, 0)])
 @pytest.mark.parametrize("M,N,K,g", [(3, 896, 4864, 128), (16, 200, 2080, 32), (40, 96, 4864, 64),
                                      (64, 1000, 1024, 128)])
-def test_mma_every_launch_configuration(M, N, K, g, r, splits, nan_empty):
+def test_mma_every_launch_configuration(M, N, K, g, r, splits, warps, nan_empty):
     w, x = _w(N, K, g, device="cuda"), _x(M, K, device="cuda")
     lw = layout.pack(w)
     out = nan_empty(M, N)
-    binding.mma(x, lw.tiles, lw.scales, N, g, out, r=r, splits=splits)
+    if warps == 16 and M > 16:  # 16 warps per CTA are built for M <= 16 only
+        with pytest.raises(RuntimeError, match="t4_w4a16_mma_config"):
+            binding.mma(x, lw.tiles, lw.scales, N, g, out, r=r, splits=splits, warps=warps)
+        return
+    binding.mma(x, lw.tiles, lw.scales, N, g, out, r=r, splits=splits, warps=warps)
     torch.cuda.synchronize()
     _check(out, x, w)
 

@@ -24,9 +24,6 @@ mkdir -p "$OUT"
   done
 } 2>&1 | tee "$OUT/log.txt"
 if [ "$what" = lab ]; then
-  echo "== serve smoke: 2-layer 0.5B shape, batch 8 ($(left) s left)" | tee -a "$OUT/log.txt"
-  timeout 60 python3 -c "from t4lib.serving import bench as b
-for f in b.serve_batch_compare('smoke', dict(b.QWEN05, num_hidden_layers=2), batches=(8,), new_tokens=16): print(f['name'], round(f['value'], 3))" 2>&1 | tail -8 | tee -a "$OUT/log.txt"
   echo "== lab ($(left) s left)" | tee -a "$OUT/log.txt"
   timeout $(( $(left) - 5 )) python3 -m t4lib.ops.w4a16.bench --lab "$OUT/w4a16_mma_lab.json" --lab-m 8 2 16 64 32 4 \
     --lab-results "$OUT/w4a16_mma_sweep.json" \

@@ -26,9 +26,9 @@ def _lib() -> ctypes.CDLL:
     lib.t4_w4a16_quantize_x8.restype = _I
     lib.t4_w4a16_gemv_x8.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_gemv_x8.restype = _I
-    lib.t4_w4a16_mma_config.argtypes = [_I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_mma_config.argtypes = [_I, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_mma_config.restype = _I
-    lib.t4_w4a16_mma.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_mma.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_mma.restype = _I
     return lib
 
@@ -83,27 +83,29 @@ def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
 
 
 @functools.lru_cache(maxsize=4096)
-def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: int = 0) -> tuple[int, int]:
-    """(R, splits) of the MMA GEMM for this shape on that device; ``r``/``splits`` > 0 force them."""
-    out = (ctypes.c_int * 2)()
+def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: int = 0,
+               warps: int = 0) -> tuple[int, int, int]:
+    """(R, splits, warps per CTA) of the MMA GEMM for this shape on that device; ``r``/``splits``/``warps``
+    > 0 force them (``warps``: 4 or 8, or 16 for M <= 16)."""
+    out = (ctypes.c_int * 3)()
     with torch.cuda.device(device_index):
         lib = _lib()
-        st = lib.t4_w4a16_mma_config(M, N, K, r, splits, out)
+        st = lib.t4_w4a16_mma_config(M, N, K, r, splits, warps, out)
     _build.check_status(lib, st, "t4_w4a16_mma_config")
-    return int(out[0]), int(out[1])
+    return int(out[0]), int(out[1]), int(out[2])
 
 
 def mma(x: torch.Tensor, tiles: torch.Tensor, scales: torch.Tensor, N: int, group_size: int, out: torch.Tensor,
-        max_ctas: int = 0, r: int = 0, splits: int = 0, variant: int = 0) -> None:
+        max_ctas: int = 0, r: int = 0, splits: int = 0, warps: int = 0, variant: int = 0) -> None:
     """out [M, N] = x [M, K] @ W_deq^T, M = 1..64, from the tensor-core layout (layout.py);
-    ``r``/``splits`` > 0 force the launch configuration (measurement labs), 0 = the library's choice.
-    ``variant`` > 0: measurement variants of kernels/w4a16.cu (1 loads only, 2 no MMA: ``out`` meaningless;
-    3 / 4: 2 / 6 register stages instead of 4; 5: the other accumulator-set count, M <= 16)."""
+    ``r``/``splits``/``warps`` > 0 force the launch configuration (measurement labs), 0 = the library's
+    choice. ``variant`` > 0: measurement ablations of kernels/w4a16.cu, M = 1..16 or 57..64, ``out``
+    meaningless: 1 weight loads only, 2 no MMA, 3 no weight reads (x loads, dequantization, MMAs)."""
     lib = _lib()
     M, K = x.shape
     dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    R, S = mma_config(M, N, K, dev, r, splits)
+    R, S, W = mma_config(M, N, K, dev, r, splits, warps)
     ws = torch.empty(S * M * N, dtype=torch.float32, device=x.device) if S > 1 else None
-    st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, max_ctas,
+    st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, W, max_ctas,
                           variant, stream(x.device))
     _build.check_status(lib, st, "t4_w4a16_mma")
