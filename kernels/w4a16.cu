@@ -391,8 +391,11 @@ template <int MT, int W>
 struct MmaMinBlocks : std::integral_constant<int, ((MT <= 2 ? 16 : (MT <= 4 ? 12 : 8)) / W > 1)
                                                       ? (MT <= 2 ? 16 : (MT <= 4 ? 12 : 8)) / W : 1> {};
 
-// Warps per CTA the kernel is built for at MT M-tiles: 16 only while its accumulators stay small.
-__host__ __device__ constexpr bool mma_warps_built(int MT, int W) { return W == 4 || W == 8 || (W == 16 && MT <= 2); }
+// Warps per CTA the kernel is built for: 4 always; 8 and 16 while the partial sums of an item fit
+// 32 KB of shared memory (W * R * MT <= 64).
+__host__ __device__ constexpr bool mma_warps_built(int MT, int R, int W) {
+  return W == 4 || ((W == 8 || W == 16) && W * R * MT <= 64);
+}
 
 // One 16-row tile's k-tile as loaded: the lane's 16 weight bytes and its (row g, row g + 8) scales.
 struct MmaFrag {
@@ -495,9 +498,9 @@ __device__ __forceinline__ void mma_tile(const MmaFrag (&f)[R], const uint4 (&xb
 
 template <int MT, int R, int W, int Mode = kMmaFull, int kChains = MmaChains<MT, R>::value>
 __global__ void __launch_bounds__(32 * W, MmaMinBlocks<MT, W>::value) w4a16_mma_kernel(const MmaArgs a) {
-  static_assert(mma_warps_built(MT, W), "warps per CTA not built for this M-tile count");
-  constexpr int kStages = kMmaStages;
-  __shared__ float red[R * MT * 4][32];  // the running sum of warps 0..w-1
+  static_assert(mma_warps_built(MT, R, W), "warps per CTA not built for this tile shape");
+  constexpr int kStages = kMmaStages, kE = R * MT * 4;  // accumulators per lane
+  __shared__ float red[W - 1][kE][32];                   // warps 1..W-1's partial sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int per = (a.KT + a.splits - 1) / a.splits;
 
@@ -546,32 +549,37 @@ __global__ void __launch_bounds__(32 * W, MmaMinBlocks<MT, W>::value) w4a16_mma_
           for (int c = 0; c < 4; ++c) acc[r][mt][c] += accs[1][r][mt][c];
     }
 
-    // Sum the W warps in warp order, ((w0 + w1) + w2) + ..., one warp at a time through `red`; the last
-    // warp stores. C fragment: c0, c1 = (row g, m = 2t, 2t + 1), c2, c3 = (row g + 8, same m).
-    const int g = lane >> 2, t = lane & 3;
-    for (int w = 0; w < W; ++w) {
-      if (warp == w) {
+    // Sum the W warps in warp order, ((w0 + w1) + w2) + ...; warp 0 stores (its partials stay in registers:
+    // W - 1 slots of shared memory keep two CTAs of 8 M-tiles within a T4 SM's 64 KB). C fragment:
+    // c0, c1 = (row g, m = 2t, 2t + 1), c2, c3 = (row g + 8, same m).
+    if (warp > 0) {
 #pragma unroll
-        for (int r = 0; r < R; ++r)
+      for (int r = 0; r < R; ++r)
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-              float& slot = red[(r * MT + mt) * 4 + c][lane];
-              const float v = w == 0 ? acc[r][mt][c] : slot + acc[r][mt][c];
-              if (w < W - 1) {
-                slot = v;
-                continue;
-              }
-              const int n = (nt0 + r) * 16 + g + (c >> 1) * 8, m = 8 * mt + 2 * t + (c & 1);
-              if (m < a.M && n < a.N) {
-                if (a.splits == 1) a.y[(long long)m * a.N + n] = __float2half_rn(v);
-                else a.ws[((long long)split * a.M + m) * a.N + n] = v;
-              }
-            }
-      }
-      __syncthreads();  // warp w's sum is in `red` before warp w + 1 adds to it (and before the next item)
+          for (int c = 0; c < 4; ++c) red[warp - 1][(r * MT + mt) * 4 + c][lane] = acc[r][mt][c];
     }
+    __syncthreads();
+    if (warp == 0) {
+      const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            float v = acc[r][mt][c];
+#pragma unroll
+            for (int w = 0; w < W - 1; ++w) v += red[w][(r * MT + mt) * 4 + c][lane];
+            const int n = (nt0 + r) * 16 + g + (c >> 1) * 8, m = 8 * mt + 2 * t + (c & 1);
+            if (m < a.M && n < a.N) {
+              if (a.splits == 1) a.y[(long long)m * a.N + n] = __float2half_rn(v);
+              else a.ws[((long long)split * a.M + m) * a.N + n] = v;
+            }
+          }
+    }
+    __syncthreads();  // red is rewritten by the next item
   }
 }
 
@@ -586,7 +594,7 @@ int mma_default_r(int K, int n_tiles16) { return K >= 4096 && n_tiles16 >= 64 ? 
 
 template <int MT, int R, int W, int Mode = kMmaFull>
 int mma_occupancy() {
-  if constexpr (!mma_warps_built(MT, W)) {
+  if constexpr (!mma_warps_built(MT, R, W)) {
     return 0;
   } else {
     int per_sm = 0;
@@ -602,7 +610,7 @@ int mma_dispatch(int MT, int R, int W, F&& f) {
     constexpr int kMT = decltype(mt)::value, kR = decltype(r)::value;
     if (W == 4) return f.template run<kMT, kR, 4>();
     if (W == 8) return f.template run<kMT, kR, 8>();
-    if constexpr (mma_warps_built(kMT, 16)) return f.template run<kMT, kR, 16>();
+    if constexpr (mma_warps_built(kMT, kR, 16)) return f.template run<kMT, kR, 16>();
     return static_cast<int>(cudaErrorInvalidValue);
   };
   auto by_r = [&](auto mt) {
@@ -636,7 +644,7 @@ constexpr int kMmaFillWarps = 16, kMmaMinTilesPerWarp = 8;
 int mma_choose_warps(int MT, int R, long long items1, int KT, int sms) {
   int best = 4;
   for (int W : {4, 8, 16}) {
-    if (!mma_warps_built(MT, W)) break;
+    if (!mma_warps_built(MT, R, W)) break;
     if (W > 4 && KT < W * kMmaMinTilesPerWarp) break;
     best = W;
     const long long ctas = std::min<long long>(items1, (long long)sms * mma_occupancy_for(MT, R, W));
@@ -667,7 +675,7 @@ int mma_choose_splits(int M, int N, int K, int R, int W, int slots) {
 
 template <int MT, int R, int W, int Mode = kMmaFull>
 int mma_launch_t(const MmaArgs& a, int max_ctas, cudaStream_t stream) {
-  if constexpr (!mma_warps_built(MT, W)) {
+  if constexpr (!mma_warps_built(MT, R, W)) {
     return static_cast<int>(cudaErrorInvalidValue);
   } else {
     long long grid = (long long)sm_count() * mma_occupancy<MT, R, W, Mode>();
@@ -763,15 +771,16 @@ T4_API int t4_w4a16_gemm(const uint32_t* qweight, const half* scales, const half
 
 // Launch configuration of t4_w4a16_mma for this shape on the current device: out[0] = R (16-row
 // tiles per work item), out[1] = K splits (the caller allocates splits * M * N fp32 when > 1),
-// out[2] = W (warps per CTA). r_force (1 or 2), splits_force (>= 1) and warps_force (4, 8, or 16
-// for M <= 16) fix them (measurement labs); 0 = choose.
+// out[2] = W (warps per CTA). r_force (1 or 2), splits_force (>= 1) and warps_force (4, or 8 and 16
+// where W * R * M-tiles <= 64) fix them (measurement labs); 0 = choose.
 T4_API int t4_w4a16_mma_config(int M, int N, int K, int r_force, int splits_force, int warps_force, int* out) {
   if (M < 1 || M > 8 * kMmaMaxMT || N < 1 || K < 1 || r_force < 0 || r_force > 2 || splits_force < 0 ||
-      (warps_force && !mma_warps_built((M + 7) / 8, warps_force)))
+      warps_force < 0)
     return static_cast<int>(cudaErrorInvalidValue);
   const int MT = (M + 7) / 8, n_tiles16 = (N + 31) / 32 * 2, sms = sm_count();
   const int KT = (K + kMmaTileK - 1) / kMmaTileK;
   const int R = r_force ? r_force : mma_default_r(K, n_tiles16);
+  if (warps_force && !mma_warps_built(MT, R, warps_force)) return static_cast<int>(cudaErrorInvalidValue);
   const int W = warps_force ? warps_force : mma_choose_warps(MT, R, n_tiles16 / R, KT, sms);
   const int slots = sms * mma_occupancy_for(MT, R, W);
   int splits = splits_force ? splits_force : mma_choose_splits(M, N, K, R, W, slots);
@@ -794,7 +803,7 @@ T4_API int t4_w4a16_mma(const void* tiles, const void* scales, const half* x, ha
                         int K, int group_size, int R, int splits, int W, int max_ctas, int variant,
                         cudaStream_t stream) {
   if (variant < 0 || variant > 3 || !valid_group(group_size) || K % group_size || M < 1 || M > 8 * kMmaMaxMT ||
-      N < 1 || (R != 1 && R != 2) || !mma_warps_built((M + 7) / 8, W) || splits < 1 || (splits > 1 && !ws))
+      N < 1 || (R != 1 && R != 2) || !mma_warps_built((M + 7) / 8, R, W) || splits < 1 || (splits > 1 && !ws))
     return static_cast<int>(cudaErrorInvalidValue);
   MmaArgs a{};
   a.tiles = static_cast<const uint4*>(tiles);

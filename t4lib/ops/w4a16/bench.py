@@ -203,7 +203,7 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
 
     Per shape and M, medians in us over CUDA-graph replay with cold L2, in one ``bench.compare``:
     cuBLAS fp16; the MMA GEMM as the library launches it (``w4a16_mma``: its R, splits and warps per CTA
-    recorded beside); with the warps per CTA forced (``W4``, ``W8``, ``W16``: the library's R, the splits
+    recorded beside); with the warps per CTA forced (``W4``, ``W8``, ``W16`` where built: the library's R, the splits
     it would choose for them) and without split-K (``W<w>_S1``, where those splits are > 1); with the other
     R (``R<r>``); for M-tile counts 1, 2 and 8 at the library's configuration, the weight loads alone
     (``loads_only``), without the MMAs (``no_mma``) and without reading the weights (``math_only``: x loads,
@@ -238,10 +238,12 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
 
             cases = {c: f for c, f in gemm_cases(M, K, N).items() if c in library_cases}
             for w in (4, 8, 16):
-                if w == 16 and M > 16:
-                    break
+                try:
+                    w_splits = binding.mma_config(M, N, K, dev, warps=w)[1]
+                except RuntimeError:  # not built for this tile shape
+                    continue
                 cases[f"W{w}"] = run_lw(warps=w)
-                if binding.mma_config(M, N, K, dev, warps=w)[1] > 1:
+                if w_splits > 1:
                     cases[f"W{w}_S1"] = run_lw(warps=w, splits=1)
             cases[f"R{3 - R}"] = run_lw(r=3 - R)
             if (M + 7) // 8 in (1, 2, 8):

@@ -86,7 +86,7 @@ def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
 def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: int = 0,
                warps: int = 0) -> tuple[int, int, int]:
     """(R, splits, warps per CTA) of the MMA GEMM for this shape on that device; ``r``/``splits``/``warps``
-    > 0 force them (``warps``: 4 or 8, or 16 for M <= 16)."""
+    > 0 force them (``warps``: 4, or 8 and 16 where warps * R * ceil(M / 8) <= 64)."""
     out = (ctypes.c_int * 3)()
     with torch.cuda.device(device_index):
         lib = _lib()
