@@ -202,13 +202,13 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
     """Launch-configuration and ablation lab of the MMA GEMM (a lab record, not a results file).
 
     Per shape and M, medians in us over CUDA-graph replay with cold L2, in one ``bench.compare``:
-    cuBLAS fp16; the MMA GEMM as the library launches it (``w4a16_mma``: its R, splits and warps per CTA
-    recorded beside); with the warps per CTA forced (``W4``, ``W8``, ``W16`` where built: the library's R, the splits
-    it would choose for them) and without split-K (``W<w>_S1``, where those splits are > 1); with the other
-    R (``R<r>``); for M-tile counts 1, 2 and 8 at the library's configuration, the weight loads alone
-    (``loads_only``), without the MMAs (``no_mma``) and without reading the weights (``math_only``: x loads,
-    dequantization and MMAs). ``results_out``: also a results file of the library's cases (cuBLAS, the MMA
-    GEMM) under the names of :func:`_gemm_section`."""
+    cuBLAS fp16; the MMA GEMM as the library launches it (``w4a16_mma``: its kernel, R and splits recorded
+    beside); the other kernel (``ksplit`` or ``shared_x``, its own splits); the other R (``R<r>``); other
+    splits (``S<s>``); for M-tile counts 1, 2 and 8 at the library's configuration, the loads alone
+    (``loads_only``: weights, scales, x), without the MMAs (``no_mma``) and without reading the weights
+    (``math_only``: x loads, dequantization, MMAs), and at 8 M-tiles the other kernel's loads alone
+    (``<kernel>_loads_only``). ``results_out``: also a results file of the library's cases (cuBLAS, the
+    MMA GEMM) under the names of :func:`_gemm_section`."""
     from . import layout
 
     shapes = shapes or MMA_SHAPES
@@ -222,39 +222,37 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
     library_cases = ("cublas_fp16", "w4a16_mma")
     for M in ms:  # M outer: a timeout leaves whole M rows
         for (K, N) in shapes:
-            R, S, W = binding.mma_config(M, N, K, dev)
+            R, S, shared = binding.mma_config(M, N, K, dev)
+            kernel, other = ("shared_x", "ksplit") if shared else ("ksplit", "shared_x")
 
             def packed():
                 return torch.randn(M, K, device="cuda").half(), layout.pack(QuantizedWeight(*_rand_qw(N, K), N, K,
                                                                                              128))
 
-            def run_lw(r=0, splits=0, warps=0, variant=0):
+            def run_lw(r=0, splits=0, kernel="auto", variant=0):
                 def fn(x, lw):
                     out = torch.empty(M, N, dtype=torch.float16, device="cuda")
-                    binding.mma(x, lw.tiles, lw.scales, N, 128, out, r=r, splits=splits, warps=warps,
+                    binding.mma(x, lw.tiles, lw.scales, N, 128, out, r=r, splits=splits, kernel=kernel,
                                 variant=variant)
                     return out
                 return fn, packed
 
             cases = {c: f for c, f in gemm_cases(M, K, N).items() if c in library_cases}
-            for w in (4, 8, 16):
-                try:
-                    w_splits = binding.mma_config(M, N, K, dev, warps=w)[1]
-                except RuntimeError:  # not built for this tile shape
-                    continue
-                cases[f"W{w}"] = run_lw(warps=w)
-                if w_splits > 1:
-                    cases[f"W{w}_S1"] = run_lw(warps=w, splits=1)
-            cases[f"R{3 - R}"] = run_lw(r=3 - R)
+            cases[other] = run_lw(kernel=other)
+            cases[f"R{3 - R}"] = run_lw(r=3 - R, kernel=kernel)
+            for s in sorted({1, 2 * S} - {S}):
+                cases[f"S{s}"] = run_lw(r=R, splits=s, kernel=kernel)
             if (M + 7) // 8 in (1, 2, 8):
                 for variant, name in ((1, "loads_only"), (2, "no_mma"), (3, "math_only")):
                     cases[name] = run_lw(variant=variant)
+                if (M + 7) // 8 == 8:
+                    cases[f"{other}_loads_only"] = run_lw(kernel=other, variant=1)
             key = f"{K}x{N}/M{M}"
             try:
                 res = bench.compare(cases, "cublas_fp16", bytes_moved=_qbytes(M, K, N), rounds=2, iters=5,
                                     max_sets=32)
                 base = res["cases"]["cublas_fp16"]["median_s"]
-                doc["shapes"][key] = {"R": R, "splits": S, "warps": W, **{
+                doc["shapes"][key] = {"kernel": kernel, "R": R, "splits": S, **{
                     c: {"us": round(st["median_s"] * 1e6, 2), "frac": round(st.get("frac_copy_bw", 0), 3),
                         "x_cublas": round(base / st["median_s"], 2)} for c, st in res["cases"].items()}}
                 lib = {**res, "cases": {c: st for c, st in res["cases"].items() if c in library_cases}}

@@ -82,30 +82,37 @@ def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
     _build.check_status(lib, st, "t4_w4a16_gemm")
 
 
+MMA_KERNELS = {"auto": 0, "ksplit": 1, "shared_x": 2}
+
+
 @functools.lru_cache(maxsize=4096)
 def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: int = 0,
-               warps: int = 0) -> tuple[int, int, int]:
-    """(R, splits, warps per CTA) of the MMA GEMM for this shape on that device; ``r``/``splits``/``warps``
-    > 0 force them (``warps``: 4, or 8 and 16 where warps * R * ceil(M / 8) <= 64)."""
+               kernel: str = "auto") -> tuple[int, int, bool]:
+    """(R, splits, shared_x) of the MMA GEMM for this shape on that device: ``shared_x`` True for the kernel
+    that stages x in shared memory once per CTA, False for the K-split kernel. ``r``/``splits`` > 0 and
+    ``kernel`` ("ksplit" or "shared_x") force them (measurement labs)."""
+    if kernel not in MMA_KERNELS:
+        raise ValueError(f"kernel must be one of {sorted(MMA_KERNELS)}, got {kernel!r}")
     out = (ctypes.c_int * 3)()
     with torch.cuda.device(device_index):
         lib = _lib()
-        st = lib.t4_w4a16_mma_config(M, N, K, r, splits, warps, out)
+        st = lib.t4_w4a16_mma_config(M, N, K, r, splits, MMA_KERNELS[kernel], out)
     _build.check_status(lib, st, "t4_w4a16_mma_config")
-    return int(out[0]), int(out[1]), int(out[2])
+    return int(out[0]), int(out[1]), bool(out[2])
 
 
 def mma(x: torch.Tensor, tiles: torch.Tensor, scales: torch.Tensor, N: int, group_size: int, out: torch.Tensor,
-        max_ctas: int = 0, r: int = 0, splits: int = 0, warps: int = 0, variant: int = 0) -> None:
+        max_ctas: int = 0, r: int = 0, splits: int = 0, kernel: str = "auto", variant: int = 0) -> None:
     """out [M, N] = x [M, K] @ W_deq^T, M = 1..64, from the tensor-core layout (layout.py);
-    ``r``/``splits``/``warps`` > 0 force the launch configuration (measurement labs), 0 = the library's
-    choice. ``variant`` > 0: measurement ablations of kernels/w4a16.cu, M = 1..16 or 57..64, ``out``
-    meaningless: 1 weight loads only, 2 no MMA, 3 no weight reads (x loads, dequantization, MMAs)."""
+    ``r``/``splits``/``kernel`` force the launch configuration (measurement labs; see :func:`mma_config`),
+    0 / "auto" = the library's choice. ``variant`` > 0: measurement ablations of kernels/w4a16.cu, M = 1..16
+    or 57..64, ``out`` meaningless: 1 loads only, 2 no MMAs, 3 no weight reads (x loads, dequantization,
+    MMAs)."""
     lib = _lib()
     M, K = x.shape
     dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    R, S, W = mma_config(M, N, K, dev, r, splits, warps)
+    R, S, shared = mma_config(M, N, K, dev, r, splits, kernel)
     ws = torch.empty(S * M * N, dtype=torch.float32, device=x.device) if S > 1 else None
-    st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, W, max_ctas,
+    st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, int(shared), max_ctas,
                           variant, stream(x.device))
     _build.check_status(lib, st, "t4_w4a16_mma")
