@@ -27,11 +27,9 @@
 // bit-identical for any grid cap (max_ctas, occupancy pacing).
 #include <mma.h>
 
-#include <algorithm>
-
 #include "gemv.cuh"
 
-// t4lib:hot gemv_kernel w4a16_gemm_kernel w4a16_mma_kernel w4a16_mma_xs_kernel
+// t4lib:hot gemv_kernel w4a16_gemm_kernel w4a16_mma_kernel
 
 namespace {
 
@@ -315,16 +313,6 @@ int gemm_launch(const half* x, const uint8_t* qw, const half* scales, half* y, f
 
 bool valid_group(int g) { return g == 32 || g == 64 || g == 128; }
 
-// Sums split > 1's fp32 partials ws [splits, mn] into y in split order.
-int splitk_reduce(const float* ws, half* y, long long mn, int splits, int max_ctas, cudaStream_t stream) {
-  long long grid = (mn + 255) / 256;
-  const long long cap = 4LL * sm_count() * 8;
-  if (grid > cap) grid = cap;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
-  T4_RETURN_LAUNCH_STATUS();
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- small-M tensor-core GEMM
@@ -346,17 +334,11 @@ int splitk_reduce(const float* ws, half* y, long long mn, int splits, int max_ct
 // 16-byte loads of x (L1-cached: every warp of the SM reads the same x), so neither ldmatrix nor a
 // shared-memory stage is needed for the activations.
 //
-// Work, K-split kernel (w4a16_mma_kernel): item = (R consecutive 16-row tiles, one of `splits` K ranges);
-// the 4 warps of a CTA take the k-tiles of the range round-robin and are summed in warp order through
-// shared memory. Shared-x kernel (w4a16_mma_xs_kernel, for larger M): item = (4 R consecutive 16-row
-// tiles, one K range); warp w takes tiles w R .. w R + R - 1 over every k-tile of the range, and each
-// k-tile of x is read from global memory once per CTA into shared memory: x is re-read once per 64 R
-// weight rows instead of once per 16 R, which is what bounds the K-split kernel at M = 32..64 (x of
-// 64 rows is larger than L1, so its re-reads stream from L2). Either kernel: split > 1 writes fp32
-// partials that w4a16_splitk_reduce_kernel sums in split order. sm_75 has no cp.async: each warp keeps
-// kMmaStages k-tiles of weight loads in flight in registers (the next ones are issued before the
-// current one is dequantized and multiplied), and the shared-x kernel stages the next x tile through
-// registers the same way.
+// Work: item = (R consecutive 16-row tiles, one of `splits` K ranges); the 4 warps of a CTA take the
+// k-tiles of the range round-robin and are summed in warp order through shared memory; split > 1
+// writes fp32 partials that w4a16_splitk_reduce_kernel sums in split order. sm_75 has no cp.async:
+// each warp keeps kMmaStages k-tiles of weight loads in flight in registers (the next ones are issued
+// before the current one is dequantized and multiplied).
 namespace {
 
 constexpr int kMmaWarps = 4, kMmaThreads = 32 * kMmaWarps, kMmaTileK = 64, kMmaStages = 4;
@@ -408,26 +390,19 @@ struct MmaArgs {
   int M, N, K, KT, G, gshift, splits, n_items;
 };
 
-template <int R, int Mode = 0>
+template <int R>
 __device__ __forceinline__ void mma_load(MmaFrag (&f)[R], const MmaArgs& a, int nt0, int kt, int lane) {
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     const long long nt = nt0 + r;
-    if constexpr (Mode == 3) {  // kMmaMathOnly: no global read; values the compiler cannot hoist
-      const uint32_t h = (uint32_t)(nt * a.KT + kt) * 0x9E3779B9u ^ (uint32_t)lane;
-      f[r].q = make_uint4(h, h ^ 0x5A5A5A5Au, h * 3u, h ^ 0x33333333u);
-      f[r].s = 0x3C003C00u ^ (h & 0x00FF00FFu);
-      continue;
-    }
     f[r].q = ldg_stream(a.tiles + (nt * a.KT + kt) * 32 + lane);
     f[r].s = __ldg(a.scales + (nt * a.G + ((kt * kMmaTileK + 16 * (lane & 3)) >> a.gshift)) * 8 + (lane >> 2));
   }
 }
 
 // acc[r][mt] += tile rows (nt0 + r) . x[8 mt .. 8 mt + 7]^T over k-tile kt.
-// Ablations (measurement only, results are garbage): which stage the time goes to. kMmaMathOnly reads
-// no weights (fragments made from the tile index): activation loads, dequantization and MMAs only.
-enum MmaMode { kMmaFull = 0, kMmaLoadsOnly = 1, kMmaNoTensorCores = 2, kMmaMathOnly = 3 };
+// Ablations (measurement only, results are garbage): which stage the time goes to.
+enum MmaMode { kMmaFull = 0, kMmaLoadsOnly = 1, kMmaNoTensorCores = 2 };
 
 // The lane's B operands of k-tile kt: x[8 mt + g][k .. k + 15], zeros beyond M or K (K % 16 == 0:
 // a lane's 16 columns are whole or none).
@@ -517,7 +492,7 @@ __global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mm
     MmaFrag st[kStages][R];  // k-tiles first + s * 4, s < kStages, in flight
 #pragma unroll
     for (int s = 0; s < kStages; ++s)
-      if (first + s * kMmaWarps < kt_end) mma_load<R, Mode>(st[s], a, nt0, first + s * kMmaWarps, lane);
+      if (first + s * kMmaWarps < kt_end) mma_load<R>(st[s], a, nt0, first + s * kMmaWarps, lane);
     for (int base = first; base < kt_end; base += kStep) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
@@ -526,7 +501,7 @@ __global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mm
           MmaFrag cur[R];
 #pragma unroll
           for (int r = 0; r < R; ++r) cur[r] = st[s][r];
-          if (kt + kStep < kt_end) mma_load<R, Mode>(st[s], a, nt0, kt + kStep, lane);  // in flight during the math
+          if (kt + kStep < kt_end) mma_load<R>(st[s], a, nt0, kt + kStep, lane);  // in flight during the math
           uint4 xb[MT][2];
           mma_load_x<MT>(xb, a, kt, lane);
           mma_tile<MT, R, Mode, kChains>(cur, xb, accs);
@@ -576,101 +551,6 @@ __global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mm
   }
 }
 
-// Shared-x kernel (see "Work" above). x tile of k-tile kt: rows 0 .. 8 MT - 1, columns 64 kt .. + 63,
-// zeros beyond M or K, padded rows so the 16-byte reads of 8 lanes (g = 0..1, t = 0..3) hit distinct banks.
-constexpr int kXsPad = 8;
-template <int MT>
-using XsTile = half[8 * MT][kMmaTileK + kXsPad];
-template <int MT>
-struct XsChunks : std::integral_constant<int, (64 * MT + kMmaThreads - 1) / kMmaThreads> {};  // 16 B per thread
-
-template <int MT>
-__device__ __forceinline__ void xs_fetch(uint4 (&v)[XsChunks<MT>::value], const MmaArgs& a, int kt, int tid) {
-#pragma unroll
-  for (int i = 0; i < XsChunks<MT>::value; ++i) {
-    const int c = tid + kMmaThreads * i, row = c >> 3, k = kt * kMmaTileK + 8 * (c & 7);
-    v[i] = c < 64 * MT && row < a.M && k < a.K ? t4::gemv::ldg16(a.x + (long long)row * a.K + k)
-                                               : make_uint4(0, 0, 0, 0);  // K % 8 == 0: chunks whole or out
-  }
-}
-
-template <int MT>
-__device__ __forceinline__ void xs_store(XsTile<MT>& xs, const uint4 (&v)[XsChunks<MT>::value], int tid) {
-#pragma unroll
-  for (int i = 0; i < XsChunks<MT>::value; ++i) {
-    const int c = tid + kMmaThreads * i;
-    if (c < 64 * MT) *reinterpret_cast<uint4*>(&xs[c >> 3][8 * (c & 7)]) = v[i];
-  }
-}
-
-template <int MT, int R, int Mode = kMmaFull>
-__global__ void __launch_bounds__(kMmaThreads, MmaMinBlocks<MT>::value) w4a16_mma_xs_kernel(const MmaArgs a) {
-  __shared__ __align__(16) XsTile<MT> xs[2];
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int per = (a.KT + a.splits - 1) / a.splits, n_tiles16 = (a.N + 31) / 32 * 2;
-
-  for (int item = blockIdx.x; item < a.n_items; item += gridDim.x) {
-    const int split = item % a.splits, nt0 = (item / a.splits) * (kMmaWarps * R) + warp * R;
-    const int kt0 = split * per, kt_end = min(a.KT, kt0 + per);
-    const bool rows = nt0 < n_tiles16;  // warp-uniform; n_tiles16 is even, so R <= 2 tiles are all in or out
-
-    float acc[1][R][MT][4];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[0][r][mt][c] = 0.f;
-
-    MmaFrag st[kMmaStages][R];  // k-tiles kt0 + s, s < kMmaStages, in flight
-#pragma unroll
-    for (int s = 0; s < kMmaStages; ++s)
-      if (rows && kt0 + s < kt_end) mma_load<R, Mode>(st[s], a, nt0, kt0 + s, lane);
-    uint4 xv[XsChunks<MT>::value];
-    xs_fetch<MT>(xv, a, kt0, tid);
-    xs_store<MT>(xs[0], xv, tid);
-    __syncthreads();
-    for (int base = kt0; base < kt_end; base += kMmaStages) {
-#pragma unroll
-      for (int s = 0; s < kMmaStages; ++s) {
-        const int kt = base + s, buf = (kt - kt0) & 1;
-        if (kt < kt_end) {  // CTA-uniform
-          if (kt + 1 < kt_end) xs_fetch<MT>(xv, a, kt + 1, tid);  // in flight during the math
-          if (rows) {
-            MmaFrag cur[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) cur[r] = st[s][r];
-            if (kt + kMmaStages < kt_end) mma_load<R, Mode>(st[s], a, nt0, kt + kMmaStages, lane);
-            uint4 xb[MT][2];
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              xb[mt][0] = *reinterpret_cast<const uint4*>(&xs[buf][8 * mt + g][16 * t]);
-              xb[mt][1] = *reinterpret_cast<const uint4*>(&xs[buf][8 * mt + g][16 * t + 8]);
-            }
-            mma_tile<MT, R, Mode, 1>(cur, xb, acc);
-          }
-          if (kt + 1 < kt_end) xs_store<MT>(xs[buf ^ 1], xv, tid);
-          __syncthreads();  // xs[buf ^ 1] is whole before it is read, xs[buf] read before it is rewritten
-        }
-      }
-    }
-    if (rows) {
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const int n = (nt0 + r) * 16 + g + (c >> 1) * 8, m = 8 * mt + 2 * t + (c & 1);
-            if (m < a.M && n < a.N) {
-              if (a.splits == 1) a.y[(long long)m * a.N + n] = __float2half_rn(acc[0][r][mt][c]);
-              else a.ws[((long long)split * a.M + m) * a.N + n] = acc[0][r][mt][c];
-            }
-          }
-    }
-  }
-}
-
 constexpr int kMmaMaxMT = 8;      // M <= 64
 constexpr int kMmaMaxSplits = 16;
 
@@ -680,78 +560,35 @@ constexpr int kMmaMaxSplits = 16;
 // R = 1 won or tied at 1536x8960 (M <= 16), 896x4864 and 4864x896, tied at 8960x1536 (M <= 16).
 int mma_default_r(int K, int n_tiles16) { return K >= 4096 && n_tiles16 >= 64 ? 2 : 1; }
 
-// The kernel of (MT, R, kShared, Mode): the K-split kernel or the shared-x kernel.
-template <int MT, int R, bool kShared, int Mode>
-constexpr auto mma_kernel() {
-  if constexpr (kShared) return w4a16_mma_xs_kernel<MT, R, Mode>;
-  else return w4a16_mma_kernel<MT, R, Mode>;
-}
-
-template <int MT, int R, bool kShared, int Mode = kMmaFull>
+template <int MT, int R>
 int mma_occupancy() {
   int per_sm = 0;
-  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mma_kernel<MT, R, kShared, Mode>(), kMmaThreads, 0);
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R>, kMmaThreads, 0);
   return per_sm > 0 ? per_sm : 1;
 }
 
-template <int MT, int R, bool kShared, int Mode>
-int mma_launch_t(const MmaArgs& a, int max_ctas, cudaStream_t stream) {
-  long long grid = (long long)sm_count() * mma_occupancy<MT, R, kShared, Mode>();
-  if (grid > a.n_items) grid = a.n_items;
-  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
-  mma_kernel<MT, R, kShared, Mode>()<<<(int)grid, kMmaThreads, 0, stream>>>(a);
-  return static_cast<int>(cudaGetLastError());
-}
+template <int MT>
+int mma_occupancy_r(int R) { return R == 1 ? mma_occupancy<MT, 1>() : mma_occupancy<MT, 2>(); }
 
-// Calls f.template run<MT, R, kShared>() for runtime (MT, R, shared).
-template <class F>
-int mma_dispatch(int MT, int R, bool shared, const F& f) {
-  auto by_r = [&](auto mt) {
-    constexpr int kMT = decltype(mt)::value;
-    if (R == 1) return shared ? f.template run<kMT, 1, true>() : f.template run<kMT, 1, false>();
-    return shared ? f.template run<kMT, 2, true>() : f.template run<kMT, 2, false>();
-  };
+int mma_occupancy_for(int MT, int R) {
   switch (MT) {
-    case 1: return by_r(std::integral_constant<int, 1>{});
-    case 2: return by_r(std::integral_constant<int, 2>{});
-    case 3: return by_r(std::integral_constant<int, 3>{});
-    case 4: return by_r(std::integral_constant<int, 4>{});
-    case 5: return by_r(std::integral_constant<int, 5>{});
-    case 6: return by_r(std::integral_constant<int, 6>{});
-    case 7: return by_r(std::integral_constant<int, 7>{});
-    default: return by_r(std::integral_constant<int, 8>{});
+    case 1: return mma_occupancy_r<1>(R);
+    case 2: return mma_occupancy_r<2>(R);
+    case 3: return mma_occupancy_r<3>(R);
+    case 4: return mma_occupancy_r<4>(R);
+    case 5: return mma_occupancy_r<5>(R);
+    case 6: return mma_occupancy_r<6>(R);
+    case 7: return mma_occupancy_r<7>(R);
+    default: return mma_occupancy_r<8>(R);
   }
 }
-
-struct MmaOccupancy {
-  template <int MT, int R, bool kShared>
-  int run() const { return mma_occupancy<MT, R, kShared>(); }
-};
-
-// Ablations (Mode > 0) are built for M-tile counts 1, 2 and 8 only (M = 1..8, 9..16, 57..64).
-template <int Mode>
-struct MmaLaunch {
-  const MmaArgs& a;
-  int max_ctas;
-  cudaStream_t stream;
-  template <int MT, int R, bool kShared>
-  int run() const {
-    if constexpr (Mode == kMmaFull || MT == 1 || MT == 2 || MT == 8)
-      return mma_launch_t<MT, R, kShared, Mode>(a, max_ctas, stream);
-    else
-      return static_cast<int>(cudaErrorInvalidValue);
-  }
-};
-
-// Row tiles per item: R for the K-split kernel, 4 R for the shared-x kernel.
-int mma_item_tiles(int R, bool shared) { return shared ? kMmaWarps * R : R; }
 
 // Splits minimising a cost in k-tile steps of one warp: resident rounds x (k-tiles per warp +
 // pipeline fill) + the fp32 partials' write and re-read (and the reduce launch) when split.
-int mma_choose_splits(int M, int N, int K, int R, bool shared, int slots) {
-  const int n_tiles16 = (N + 31) / 32 * 2, item_tiles = mma_item_tiles(R, shared);
-  const long long items1 = (n_tiles16 + item_tiles - 1) / item_tiles;
-  const int KT = (K + kMmaTileK - 1) / kMmaTileK, warps_per_tile = shared ? 1 : kMmaWarps;
+int mma_choose_splits(int M, int N, int K, int R, int slots) {
+  const int MT = (M + 7) / 8;
+  const long long items1 = (long long)((N + 31) / 32 * 2) / R;
+  const int KT = (K + kMmaTileK - 1) / kMmaTileK;
   const double step_bytes = (double)slots * kMmaWarps * R * 512;  // weight bytes of one k-step of all warps
   double best = 1e300;
   int best_s = 1;
@@ -760,15 +597,47 @@ int mma_choose_splits(int M, int N, int K, int R, bool shared, int slots) {
     if ((long long)per * (s - 1) >= KT) break;  // an empty split
     const long long items = items1 * s;
     const double rounds = (double)((items + slots - 1) / slots);
-    double cost = rounds * ((per + warps_per_tile - 1) / warps_per_tile + 2.0);
+    double cost = rounds * ((per + kMmaWarps - 1) / kMmaWarps + 2.0);
     if (s > 1) cost += 2.0 * s * M * (double)N * 4 / step_bytes + 2.0;
     if (cost < best * 0.98) best = cost, best_s = s;  // a split must pay for itself clearly
   }
+  (void)MT;
   return best_s;
 }
 
-// The shared-x kernel from this many rows of x: PROVISIONAL, to be set from the lab's measurements.
-constexpr int kMmaSharedMinM = 17;
+template <int MT, int R, int Mode = kMmaFull, int kStages = kMmaStages, int kChains = MmaChains<MT, R>::value>
+int mma_launch_t(const MmaArgs& a, int max_ctas, cudaStream_t stream) {
+  int per_sm = 0;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_mma_kernel<MT, R, Mode, kStages, kChains>,
+                                                kMmaThreads, 0);
+  long long grid = (long long)sm_count() * (per_sm > 0 ? per_sm : 1);
+  if (grid > a.n_items) grid = a.n_items;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_mma_kernel<MT, R, Mode, kStages, kChains><<<(int)grid, kMmaThreads, 0, stream>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// kOtherChains: the accumulator-set count MmaChains does not pick (a measurement variant).
+template <int MT, int Mode = kMmaFull, int kStages = kMmaStages, bool kOtherChains = false>
+int mma_launch_r(const MmaArgs& a, int R, int max_ctas, cudaStream_t stream) {
+  constexpr int kC1 = kOtherChains ? 3 - MmaChains<MT, 1>::value : MmaChains<MT, 1>::value;
+  constexpr int kC2 = kOtherChains ? 3 - MmaChains<MT, 2>::value : MmaChains<MT, 2>::value;
+  return R == 1 ? mma_launch_t<MT, 1, Mode, kStages, kC1>(a, max_ctas, stream)
+                : mma_launch_t<MT, 2, Mode, kStages, kC2>(a, max_ctas, stream);
+}
+
+// Measurement variants exist for M-tile counts 1, 2 and 8 only (M = 1..8, 9..16, 57..64).
+template <int Mode, int kStages = kMmaStages, bool kOtherChains = false>
+int mma_launch_variant(const MmaArgs& a, int R, int max_ctas, cudaStream_t stream) {
+  switch ((a.M + 7) / 8) {
+    case 1: return mma_launch_r<1, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
+    case 2: return mma_launch_r<2, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
+    case 8:  // the other chain count is not built for 8 M-tiles (8 independent chains already)
+      if constexpr (kOtherChains) return static_cast<int>(cudaErrorInvalidValue);
+      else return mma_launch_r<8, Mode, kStages, kOtherChains>(a, R, max_ctas, stream);
+    default: return static_cast<int>(cudaErrorInvalidValue);
+  }
+}
 
 }  // namespace
 
@@ -829,45 +698,46 @@ T4_API int t4_w4a16_gemm(const uint32_t* qweight, const half* scales, const half
     default: st = gemm_launch<64>(x, qw, scales, y, ws, M, N, K, gshift, splits, max_ctas, stream); break;
   }
   if (st || splits == 1) return st;
-  return splitk_reduce(ws, y, (long long)M * N, splits, max_ctas, stream);
+  const long long mn = (long long)M * N;
+  long long grid = (mn + 255) / 256;
+  const long long cap = 4LL * sm_count() * 8;
+  if (grid > cap) grid = cap;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
+  T4_RETURN_LAUNCH_STATUS();
 }
 
 // ---------------------------------------------------------------- small-M tensor-core GEMM launchers
 
 // Launch configuration of t4_w4a16_mma for this shape on the current device: out[0] = R (16-row
-// tiles per warp), out[1] = K splits (the caller allocates splits * M * N fp32 when > 1), out[2] = 1
-// for the shared-x kernel, 0 for the K-split kernel. r_force (1 or 2), splits_force (>= 1) and
-// kernel_force (1 = K-split, 2 = shared-x) fix them (measurement labs); 0 = choose.
-T4_API int t4_w4a16_mma_config(int M, int N, int K, int r_force, int splits_force, int kernel_force, int* out) {
-  if (M < 1 || M > 8 * kMmaMaxMT || N < 1 || K < 1 || r_force < 0 || r_force > 2 || splits_force < 0 ||
-      kernel_force < 0 || kernel_force > 2)
+// tiles per work item), out[1] = K splits (the caller allocates splits * M * N fp32 when > 1).
+// r_force (1 or 2) fixes R, splits_force (>= 1) fixes the splits (measurement labs); 0 = choose.
+T4_API int t4_w4a16_mma_config(int M, int N, int K, int r_force, int splits_force, int* out) {
+  if (M < 1 || M > 8 * kMmaMaxMT || N < 1 || K < 1 || r_force < 0 || r_force > 2 || splits_force < 0)
     return static_cast<int>(cudaErrorInvalidValue);
   const int MT = (M + 7) / 8, n_tiles16 = (N + 31) / 32 * 2, sms = sm_count();
-  const bool shared = kernel_force ? kernel_force == 2 : M >= kMmaSharedMinM;
-  const int R = r_force ? r_force : mma_default_r(K, n_tiles16);
-  const int slots = sms * mma_dispatch(MT, R, shared, MmaOccupancy{});
+  int R = r_force ? r_force : mma_default_r(K, n_tiles16);
+  const int slots = sms * mma_occupancy_for(MT, R);
   const int KT = (K + kMmaTileK - 1) / kMmaTileK;
-  int splits = splits_force ? splits_force : mma_choose_splits(M, N, K, R, shared, slots);
+  int splits = splits_force ? splits_force : mma_choose_splits(M, N, K, R, slots);
   if (splits > KT) splits = KT;
   const int per = (KT + splits - 1) / splits;
   out[0] = R;
   out[1] = (KT + per - 1) / per;  // no empty split
-  out[2] = shared;
   return 0;
 }
 
 // y[M, N] = x[M, K] @ W_deq[N, K]^T for M = 1..64 from the tensor-core layout (see the MMA section):
 // tiles [ceil(N/32)*2][ceil(K/64)][32] uint4, scales [ceil(N/32)*2][groups][8] half2 with
-// groups = ceil(K/64) * 64 / group_size. x 16-byte aligned, K % 32 == 0. R, splits and shared (0/1)
-// from t4_w4a16_mma_config; ws: splits * M * N fp32 (nullptr if splits == 1).
-// variant: 0 = the kernel. Measurement ablations (output meaningless), M in 1..16 or 57..64 only:
-// 1 = weight, scale and x loads only, 2 = loads and dequantization without the MMAs, 3 = x loads,
-// dequantization and MMAs without reading the weights.
+// groups = ceil(K/64) * 64 / group_size. x 16-byte aligned, K % 32 == 0. R and splits from
+// t4_w4a16_mma_config; ws: splits * M * N fp32 (nullptr if splits == 1).
+// variant: 0 = the kernel. Measurement variants, M in 1..16 or 57..64 only: 1 = loads only and
+// 2 = loads and dequantization without the MMAs (output meaningless), 3 / 4 = 2 / 6 register
+// stages of weight loads instead of 4, 5 = the other accumulator-set count (M <= 16).
 T4_API int t4_w4a16_mma(const void* tiles, const void* scales, const half* x, half* y, float* ws, int M, int N,
-                        int K, int group_size, int R, int splits, int shared, int max_ctas, int variant,
-                        cudaStream_t stream) {
-  if (variant < 0 || variant > 3 || !valid_group(group_size) || K % group_size || M < 1 || M > 8 * kMmaMaxMT ||
-      N < 1 || (R != 1 && R != 2) || (shared != 0 && shared != 1) || splits < 1 || (splits > 1 && !ws))
+                        int K, int group_size, int R, int splits, int max_ctas, int variant, cudaStream_t stream) {
+  if (variant < 0 || variant > 5 || !valid_group(group_size) || K % group_size || M < 1 || M > 8 * kMmaMaxMT || N < 1 || (R != 1 && R != 2) ||
+      splits < 1 || (splits > 1 && !ws))
     return static_cast<int>(cudaErrorInvalidValue);
   MmaArgs a{};
   a.tiles = static_cast<const uint4*>(tiles);
@@ -884,16 +754,29 @@ T4_API int t4_w4a16_mma(const void* tiles, const void* scales, const half* x, ha
   const int per = (a.KT + splits - 1) / splits;
   if ((long long)per * (splits - 1) >= a.KT) return static_cast<int>(cudaErrorInvalidValue);  // an empty split
   a.splits = splits;
-  const int n_tiles16 = (N + 31) / 32 * 2, item_tiles = mma_item_tiles(R, shared);
-  a.n_items = (n_tiles16 + item_tiles - 1) / item_tiles * splits;
-  const int MT = (M + 7) / 8;
+  a.n_items = (N + 31) / 32 * 2 / R * splits;
   int st;
-  switch (variant) {
-    case 1: st = mma_dispatch(MT, R, shared, MmaLaunch<kMmaLoadsOnly>{a, max_ctas, stream}); break;
-    case 2: st = mma_dispatch(MT, R, shared, MmaLaunch<kMmaNoTensorCores>{a, max_ctas, stream}); break;
-    case 3: st = mma_dispatch(MT, R, shared, MmaLaunch<kMmaMathOnly>{a, max_ctas, stream}); break;
-    default: st = mma_dispatch(MT, R, shared, MmaLaunch<kMmaFull>{a, max_ctas, stream}); break;
+  if (variant == 1) return mma_launch_variant<kMmaLoadsOnly>(a, R, max_ctas, stream);
+  if (variant == 2) return mma_launch_variant<kMmaNoTensorCores>(a, R, max_ctas, stream);
+  if (variant == 3) st = mma_launch_variant<kMmaFull, 2>(a, R, max_ctas, stream);
+  else if (variant == 4) st = mma_launch_variant<kMmaFull, 6>(a, R, max_ctas, stream);
+  else if (variant == 5) st = mma_launch_variant<kMmaFull, kMmaStages, true>(a, R, max_ctas, stream);
+  else switch ((M + 7) / 8) {
+    case 1: st = mma_launch_r<1>(a, R, max_ctas, stream); break;
+    case 2: st = mma_launch_r<2>(a, R, max_ctas, stream); break;
+    case 3: st = mma_launch_r<3>(a, R, max_ctas, stream); break;
+    case 4: st = mma_launch_r<4>(a, R, max_ctas, stream); break;
+    case 5: st = mma_launch_r<5>(a, R, max_ctas, stream); break;
+    case 6: st = mma_launch_r<6>(a, R, max_ctas, stream); break;
+    case 7: st = mma_launch_r<7>(a, R, max_ctas, stream); break;
+    default: st = mma_launch_r<8>(a, R, max_ctas, stream); break;
   }
   if (st || splits == 1) return st;
-  return splitk_reduce(ws, y, (long long)M * N, splits, max_ctas, stream);
+  const long long mn = (long long)M * N;
+  long long grid = (mn + 255) / 256;
+  const long long cap = 4LL * sm_count() * 8;
+  if (grid > cap) grid = cap;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
+  T4_RETURN_LAUNCH_STATUS();
 }

@@ -137,11 +137,6 @@ def test_bad_input(bad, err, match):
         bad(_x(2, 256), _w(16, 256))
 
 
-def test_unknown_mma_kernel_is_named():
-    with pytest.raises(ValueError, match="kernel must be one of"):
-        binding.mma_config(8, 64, 64, 0, kernel="tiled")
-
-
 def test_mismatched_layout_is_an_error():
     w = _w(40, 256, 64)
     lw = layout.pack(w)
@@ -196,26 +191,22 @@ def test_mma_matches_reference(M, nan_empty):
     N, K, g = FUZZ[M % len(FUZZ)]
     w, x = _w(N, K, g, seed=M, device="cuda"), _x(M, K, seed=M + 1, device="cuda")
     lw = layout.pack(w)
-    outs = {}
-    for kernel in ("ksplit", "shared_x"):  # both kernels at every M, each at its own launch configuration
-        outs[kernel] = out = nan_empty(M, N)
-        binding.mma(x, lw.tiles, lw.scales, N, g, out, kernel=kernel)
-        torch.cuda.synchronize()
-        _check(out, x, w)
-    lib = "shared_x" if binding.mma_config(M, N, K, torch.cuda.current_device())[2] else "ksplit"
-    assert torch.equal(ops.mma(x, w, backend="cuda"), outs[lib])
+    out = nan_empty(M, N)
+    binding.mma(x, lw.tiles, lw.scales, N, g, out)
+    torch.cuda.synchronize()
+    _check(out, x, w)
+    assert torch.equal(ops.mma(x, w, backend="cuda"), out)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["ksplit", "shared_x"])
 @pytest.mark.parametrize("r,splits", [(1, 1), (2, 1), (1, 3), (2, 5), (2, 16)])
 @pytest.mark.parametrize("M,N,K,g", [(3, 896, 4864, 128), (16, 200, 2080, 32), (40, 96, 4864, 64),
-                                     (64, 1000, 1024, 128), (24, 40, 96, 32)])
-def test_mma_every_launch_configuration(M, N, K, g, r, splits, kernel, nan_empty):
+                                     (64, 1000, 1024, 128)])
+def test_mma_every_launch_configuration(M, N, K, g, r, splits, nan_empty):
     w, x = _w(N, K, g, device="cuda"), _x(M, K, device="cuda")
     lw = layout.pack(w)
     out = nan_empty(M, N)
-    binding.mma(x, lw.tiles, lw.scales, N, g, out, r=r, splits=splits, kernel=kernel)
+    binding.mma(x, lw.tiles, lw.scales, N, g, out, r=r, splits=splits)
     torch.cuda.synchronize()
     _check(out, x, w)
 

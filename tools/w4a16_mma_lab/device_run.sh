@@ -14,18 +14,21 @@ mkdir -p "$OUT"
   echo "== gpu tests ($(left) s left)"
   timeout 100 python3 -m pytest -q -p no:cacheprovider -x tests/test_w4a16_mma.py tests/test_w4a16.py 2>&1 | tail -15
   echo "== tests rc=$?"
-  for tool in memcheck racecheck; do
+  for tool in memcheck $([ "$what" = bench ] && echo racecheck); do
     echo "== compute-sanitizer $tool ($(left) s left)"
     timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -p no:cacheprovider \
       "tests/test_w4a16_mma.py::test_mma_matches_reference[3]" "tests/test_w4a16_mma.py::test_mma_matches_reference[17]" \
       "tests/test_w4a16_mma.py::test_mma_matches_reference[64]" "tests/test_w4a16_mma.py::test_mma_in_cuda_graph_and_through_matmul" \
-      -k "not every_launch or 2-16-shared_x" tests/test_w4a16_mma.py::test_mma_every_launch_configuration 2>&1 | grep -vE "^\s*$" | tail -8
+      tests/test_w4a16_mma.py::test_mma_every_launch_configuration 2>&1 | grep -vE "^\s*$" | tail -8
     echo "== sanitizer $tool rc=$?"
   done
 } 2>&1 | tee "$OUT/log.txt"
 if [ "$what" = lab ]; then
+  echo "== serve smoke: 2-layer 0.5B shape, batch 8 ($(left) s left)" | tee -a "$OUT/log.txt"
+  timeout 60 python3 -c "from t4lib.serving import bench as b
+for f in b.serve_batch_compare('smoke', dict(b.QWEN05, num_hidden_layers=2), batches=(8,), new_tokens=16): print(f['name'], round(f['value'], 3))" 2>&1 | tail -8 | tee -a "$OUT/log.txt"
   echo "== lab ($(left) s left)" | tee -a "$OUT/log.txt"
-  timeout $(( $(left) - 5 )) python3 -m t4lib.ops.w4a16.bench --lab "$OUT/w4a16_mma_lab.json" --lab-m 64 8 32 16 2 4 \
+  timeout $(( $(left) - 5 )) python3 -m t4lib.ops.w4a16.bench --lab "$OUT/w4a16_mma_lab.json" --lab-m 8 2 16 64 32 4 \
     --lab-results "$OUT/w4a16_mma_sweep.json" \
     2>&1 | tail -20 | tee -a "$OUT/log.txt"
 else

@@ -202,13 +202,12 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
     """Launch-configuration and ablation lab of the MMA GEMM (a lab record, not a results file).
 
     Per shape and M, medians in us over CUDA-graph replay with cold L2, in one ``bench.compare``:
-    cuBLAS fp16; the MMA GEMM as the library launches it (``w4a16_mma``: its kernel, R and splits recorded
-    beside); the other kernel (``ksplit`` or ``shared_x``, its own splits); the other R (``R<r>``); other
-    splits (``S<s>``); for M-tile counts 1, 2 and 8 at the library's configuration, the loads alone
-    (``loads_only``: weights, scales, x), without the MMAs (``no_mma``) and without reading the weights
-    (``math_only``: x loads, dequantization, MMAs), and at 8 M-tiles the other kernel's loads alone
-    (``<kernel>_loads_only``). ``results_out``: also a results file of the library's cases (cuBLAS, the
-    MMA GEMM) under the names of :func:`_gemm_section`."""
+    cuBLAS fp16; the MMA GEMM as the library launches it (``w4a16_mma``) and with R (16-row tiles per item)
+    and the K splits forced; for M-tile counts 1, 2 and 8: the same loads without the dequantization
+    and MMAs (``loads_only``), without the MMAs (``no_mma``), with 2 or 6 register stages of weight
+    loads instead of 4 (``stages2``, ``stages6``), with the other accumulator-set count (``other_chains``:
+    one set instead of two for M <= 8 with R = 1, two instead of one otherwise); the WMMA GEMM and the GEMV. ``results_out``: also a results file of the library's cases (cuBLAS, the MMA GEMM,
+    the GEMV, the WMMA GEMM) under the names of :func:`_gemm_section`."""
     from . import layout
 
     shapes = shapes or MMA_SHAPES
@@ -219,40 +218,40 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
                    "the INT4 weight + scales + x + y / time / copy bandwidth; x_cublas = cuBLAS fp16 time / time",
            "copy_bw_GBps": hw.copy_bandwidth() / 1e9, "shapes": {}}
     figs = [bench.copy_bandwidth_figure(SOURCE)]
-    library_cases = ("cublas_fp16", "w4a16_mma")
+    library_cases = ("cublas_fp16", "w4a16_mma", "w4a16_gemv", "w4a16_gemm")
     for M in ms:  # M outer: a timeout leaves whole M rows
         for (K, N) in shapes:
-            R, S, shared = binding.mma_config(M, N, K, dev)
-            kernel, other = ("shared_x", "ksplit") if shared else ("ksplit", "shared_x")
+            R, S = binding.mma_config(M, N, K, dev)
 
             def packed():
                 return torch.randn(M, K, device="cuda").half(), layout.pack(QuantizedWeight(*_rand_qw(N, K), N, K,
                                                                                              128))
 
-            def run_lw(r=0, splits=0, kernel="auto", variant=0):
+            def run_lw(r=0, splits=0, variant=0):
                 def fn(x, lw):
                     out = torch.empty(M, N, dtype=torch.float16, device="cuda")
-                    binding.mma(x, lw.tiles, lw.scales, N, 128, out, r=r, splits=splits, kernel=kernel,
-                                variant=variant)
+                    binding.mma(x, lw.tiles, lw.scales, N, 128, out, r=r, splits=splits, variant=variant)
                     return out
                 return fn, packed
 
-            cases = {c: f for c, f in gemm_cases(M, K, N).items() if c in library_cases}
-            cases[other] = run_lw(kernel=other)
-            cases[f"R{3 - R}"] = run_lw(r=3 - R, kernel=kernel)
-            for s in sorted({1, 2 * S} - {S}):
-                cases[f"S{s}"] = run_lw(r=R, splits=s, kernel=kernel)
+            cases = gemm_cases(M, K, N)  # w4a16_mma: the library's launch (R, splits recorded beside)
+            cases[f"R{3 - R}"] = run_lw(r=3 - R)
+            for s in sorted({1, max(1, S // 2), 2 * S}):
+                if s != S:
+                    cases[f"R{R}_S{s}"] = run_lw(r=R, splits=s)
             if (M + 7) // 8 in (1, 2, 8):
-                for variant, name in ((1, "loads_only"), (2, "no_mma"), (3, "math_only")):
-                    cases[name] = run_lw(variant=variant)
-                if (M + 7) // 8 == 8:
-                    cases[f"{other}_loads_only"] = run_lw(kernel=other, variant=1)
+                cases["loads_only"] = run_lw(variant=1)
+                cases["no_mma"] = run_lw(variant=2)
+                cases["stages2"] = run_lw(variant=3)
+                cases["stages6"] = run_lw(variant=4)
+                if M <= 16:
+                    cases["other_chains"] = run_lw(variant=5)
             key = f"{K}x{N}/M{M}"
             try:
                 res = bench.compare(cases, "cublas_fp16", bytes_moved=_qbytes(M, K, N), rounds=2, iters=5,
                                     max_sets=32)
                 base = res["cases"]["cublas_fp16"]["median_s"]
-                doc["shapes"][key] = {"kernel": kernel, "R": R, "splits": S, **{
+                doc["shapes"][key] = {"R": R, "splits": S, **{
                     c: {"us": round(st["median_s"] * 1e6, 2), "frac": round(st.get("frac_copy_bw", 0), 3),
                         "x_cublas": round(base / st["median_s"], 2)} for c, st in res["cases"].items()}}
                 lib = {**res, "cases": {c: st for c, st in res["cases"].items() if c in library_cases}}

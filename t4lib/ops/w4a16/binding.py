@@ -26,9 +26,9 @@ def _lib() -> ctypes.CDLL:
     lib.t4_w4a16_quantize_x8.restype = _I
     lib.t4_w4a16_gemv_x8.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_gemv_x8.restype = _I
-    lib.t4_w4a16_mma_config.argtypes = [_I, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_mma_config.argtypes = [_I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_mma_config.restype = _I
-    lib.t4_w4a16_mma.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_mma.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_mma.restype = _I
     return lib
 
@@ -82,37 +82,28 @@ def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
     _build.check_status(lib, st, "t4_w4a16_gemm")
 
 
-MMA_KERNELS = {"auto": 0, "ksplit": 1, "shared_x": 2}
-
-
 @functools.lru_cache(maxsize=4096)
-def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: int = 0,
-               kernel: str = "auto") -> tuple[int, int, bool]:
-    """(R, splits, shared_x) of the MMA GEMM for this shape on that device: ``shared_x`` True for the kernel
-    that stages x in shared memory once per CTA, False for the K-split kernel. ``r``/``splits`` > 0 and
-    ``kernel`` ("ksplit" or "shared_x") force them (measurement labs)."""
-    if kernel not in MMA_KERNELS:
-        raise ValueError(f"kernel must be one of {sorted(MMA_KERNELS)}, got {kernel!r}")
-    out = (ctypes.c_int * 3)()
+def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: int = 0) -> tuple[int, int]:
+    """(R, splits) of the MMA GEMM for this shape on that device; ``r``/``splits`` > 0 force them."""
+    out = (ctypes.c_int * 2)()
     with torch.cuda.device(device_index):
         lib = _lib()
-        st = lib.t4_w4a16_mma_config(M, N, K, r, splits, MMA_KERNELS[kernel], out)
+        st = lib.t4_w4a16_mma_config(M, N, K, r, splits, out)
     _build.check_status(lib, st, "t4_w4a16_mma_config")
-    return int(out[0]), int(out[1]), bool(out[2])
+    return int(out[0]), int(out[1])
 
 
 def mma(x: torch.Tensor, tiles: torch.Tensor, scales: torch.Tensor, N: int, group_size: int, out: torch.Tensor,
-        max_ctas: int = 0, r: int = 0, splits: int = 0, kernel: str = "auto", variant: int = 0) -> None:
+        max_ctas: int = 0, r: int = 0, splits: int = 0, variant: int = 0) -> None:
     """out [M, N] = x [M, K] @ W_deq^T, M = 1..64, from the tensor-core layout (layout.py);
-    ``r``/``splits``/``kernel`` force the launch configuration (measurement labs; see :func:`mma_config`),
-    0 / "auto" = the library's choice. ``variant`` > 0: measurement ablations of kernels/w4a16.cu, M = 1..16
-    or 57..64, ``out`` meaningless: 1 loads only, 2 no MMAs, 3 no weight reads (x loads, dequantization,
-    MMAs)."""
+    ``r``/``splits`` > 0 force the launch configuration (measurement labs), 0 = the library's choice.
+    ``variant`` > 0: measurement variants of kernels/w4a16.cu (1 loads only, 2 no MMA: ``out`` meaningless;
+    3 / 4: 2 / 6 register stages instead of 4; 5: the other accumulator-set count, M <= 16)."""
     lib = _lib()
     M, K = x.shape
     dev = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    R, S, shared = mma_config(M, N, K, dev, r, splits, kernel)
+    R, S = mma_config(M, N, K, dev, r, splits)
     ws = torch.empty(S * M * N, dtype=torch.float32, device=x.device) if S > 1 else None
-    st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, int(shared), max_ctas,
+    st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, max_ctas,
                           variant, stream(x.device))
     _build.check_status(lib, st, "t4_w4a16_mma")
