@@ -180,3 +180,30 @@ def test_rounds_default_and_bad_input(tiny_cpu):
             spec(model, **{name: bad})
     with pytest.raises(TypeError, match="device_rounds"):
         spec(model, device_rounds="yes")
+
+
+@pytest.mark.parametrize("B,q", [(1, 1), (1, 4), (3, 1), (3, 5)])
+def test_row_cache_writes_each_row_at_its_own_positions(B, q):
+    """RowStaticCache.update against a per-row loop: row b's q new keys and values land at pos[b] .. pos[b] + q - 1
+    of every head, nothing else changes."""
+    from types import SimpleNamespace
+
+    from t4lib.speculative.cache import RowStaticCache
+
+    cfg = SimpleNamespace(num_key_value_heads=2, num_attention_heads=4, head_dim=8, hidden_size=32,
+                          num_hidden_layers=2)
+    cache = RowStaticCache(cfg, B, 12, torch.device("cpu"), torch.float32)
+    for t in cache.keys + cache.values:
+        t.copy_(torch.randn_like(t))
+    want_k = [t.clone() for t in cache.keys]
+    want_v = [t.clone() for t in cache.values]
+    cache.pos.copy_(torch.tensor([3, 0, 7][:B]))
+    ks, vs = torch.randn(B, 2, q, 8), torch.randn(B, 2, q, 8)
+    for b in range(B):
+        p = int(cache.pos[b])
+        want_k[1][b, :, p:p + q] = ks[b]
+        want_v[1][b, :, p:p + q] = vs[b]
+    k, v = cache.update(ks, vs, 1)
+    assert k is cache.keys[1] and v is cache.values[1]
+    for got, want in zip(cache.keys + cache.values, want_k + want_v):
+        assert torch.equal(got, want)

@@ -35,13 +35,24 @@ class RowStaticCache:
                 torch._dynamo.mark_static_address(t)
 
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        """Write ``[B, H, q, D]`` at ``pos[b] + arange(q)`` of each row; return the whole layer."""
-        q = key_states.shape[2]
-        idx = (self.pos[:, None] + torch.arange(q, device=self.pos.device))[:, None, :, None]
-        idx = idx.expand_as(key_states)
+        """Write ``[B, H, q, D]`` at ``pos[b] + arange(q)`` of each row; return the whole layer.
+
+        ``index_copy_`` rather than ``scatter_`` with a per-element index: on an H200 the compiled batch-1
+        forward of tiny-gpu took 0.324 ms against 0.357 with ``scatter_``
+        (results/nvidia-h200/labs/spec_step_lab.json). Several rows write through a flat view, one index per
+        (row, head, token)."""
+        B, H, q, D = key_states.shape
         k, v = self.keys[layer_idx], self.values[layer_idx]
-        k.scatter_(2, idx, key_states.to(k.dtype))
-        v.scatter_(2, idx, value_states.to(v.dtype))
+        steps = torch.arange(q, device=self.pos.device)
+        if B == 1:
+            idx = self.pos[:1] + steps
+            k.index_copy_(2, idx, key_states.to(k.dtype))
+            v.index_copy_(2, idx, value_states.to(v.dtype))
+            return k, v
+        rows = torch.arange(B * H, device=self.pos.device).view(B, H, 1) * self.slots
+        idx = (rows + (self.pos.view(B, 1, 1) + steps.view(1, 1, q))).view(-1)
+        k.view(-1, D).index_copy_(0, idx, key_states.reshape(-1, D).to(k.dtype))
+        v.view(-1, D).index_copy_(0, idx, value_states.reshape(-1, D).to(v.dtype))
         return k, v
 
     # what masking/generation utilities may ask of a cache
