@@ -1,6 +1,6 @@
 """Gather the records of tools/sft_wide_traces_lab.sh into one lab record.
 
-    python tools/sft_wide_traces_gather.py DIR OUT.json
+    python tools/sft_wide_traces_gather.py DIR OUT.json [long]
 """
 import json
 import statistics
@@ -10,7 +10,16 @@ from pathlib import Path
 from t4lib import hw, results
 
 
-def main(src: str, out: str) -> None:
+WHAT = {
+    "": "full fine-tuning of tiny-gpu, lr 5e-4, batch 32, 200 optimizer steps, on traces.jsonl (800 traces, the 3 "
+        "train templates per structure, 8 epochs) and on traces_wide.jsonl (1600 traces, 8 phrasings per structure, "
+        "4 epochs)",
+    "long": "full fine-tuning of tiny-gpu, lr 5e-4, batch 32, on traces_wide.jsonl (1600 traces, 8 phrasings per "
+            "structure) for 8 epochs (400 optimizer steps), twice the steps of sft_wide_traces_lab",
+}
+
+
+def main(src: str, out: str, mode: str = "") -> None:
     runs = []
     for p in sorted(Path(src).glob("*_s[0-9].json")):
         r = json.loads(p.read_text())
@@ -25,16 +34,14 @@ def main(src: str, out: str) -> None:
     wide = [r for r in runs if r["traces"] == "traces_wide.jsonl"]
     summary = {k: dict(mean=statistics.fmean(r[k] for r in wide), min=min(r[k] for r in wide),
                        max=max(r[k] for r in wide)) for k in ("schema_valid", "grounded_pass", "grounded_pass_two_step")}
-    rec = results.lab_record("bash tools/sft_wide_traces_lab.sh")
+    rec = results.lab_record(f"bash tools/sft_wide_traces_lab.sh {mode}".strip())
     rec.update(device=f"{hw.device_info()['name']} (one thread per run)",
-               what="full fine-tuning of tiny-gpu, lr 5e-4, batch 32, 200 optimizer steps, on traces.jsonl (800 "
-                    "traces, the 3 train templates per structure, 8 epochs) and on traces_wide.jsonl (1600 traces, "
-                    "8 phrasings per structure, 4 epochs); greedy tag-format answers to the 696 1-2 step held-out "
-                    "problems (held-out templates) through StaticEngine",
+               what=WHAT[mode] + "; greedy tag-format answers to the 696 1-2 step held-out problems (held-out "
+                                 "templates) through StaticEngine",
                runs=runs, wide_summary=summary)
     Path(out).write_text(json.dumps(rec, indent=1) + "\n")
     print(json.dumps(summary, indent=1))
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])

@@ -3,14 +3,21 @@
 # the train templates (8 epochs) and on the 1600 traces of traces_wide.jsonl, eight phrasings per structure
 # (4 epochs, the same number of steps), evaluated on the 696 1-2 step held-out problems; wide seeds 0, 1, 2.
 # Two runs at a time, one thread each; about 20 minutes per pair on 2 CPU cores, or 2 minutes on a GPU.
-#   bash tools/sft_wide_traces_lab.sh
-# then gathers the records into $OUT/wide/sft_wide_traces_lab.json (results/cpu/labs/ holds the CPU run).
+# With "long": traces_wide.jsonl for 8 epochs (400 steps), seeds 0 and 1, about 45 minutes on 2 CPU cores.
+#   bash tools/sft_wide_traces_lab.sh [long]
+# then gathers the records into $OUT/wide[_long]/sft_wide_traces[_long]_lab.json (results/cpu/labs/ holds the CPU runs).
 OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT/wide"
+mode=${1:-}
+dir="$OUT/wide${mode:+_$mode}"
+mkdir -p "$dir"
 run() {  # name, traces, epochs, seed
   OMP_NUM_THREADS=1 python3 -m t4lib.train.sft --model tiny-gpu --method full --base fp32 --lr 5e-4 --epochs "$3" \
-    --seed "$4" --traces "$2" --eval-sets heldout_1_2 --out "$OUT/wide/$1.json" > "$OUT/wide/$1.log" 2>&1
+    --seed "$4" --traces "$2" --eval-sets heldout_1_2 --out "$dir/$1.json" > "$dir/$1.log" 2>&1
 }
-run traces_s0 traces.jsonl 8 0 & run wide_s0 traces_wide.jsonl 4 0 & wait
-run wide_s1 traces_wide.jsonl 4 1 & run wide_s2 traces_wide.jsonl 4 2 & wait
-python3 tools/sft_wide_traces_gather.py "$OUT/wide" "$OUT/wide/sft_wide_traces_lab.json"
+if [ "$mode" = long ]; then
+  run wide8_s0 traces_wide.jsonl 8 0 & run wide8_s1 traces_wide.jsonl 8 1 & wait
+else
+  run traces_s0 traces.jsonl 8 0 & run wide_s0 traces_wide.jsonl 4 0 & wait
+  run wide_s1 traces_wide.jsonl 4 1 & run wide_s2 traces_wide.jsonl 4 2 & wait
+fi
+python3 tools/sft_wide_traces_gather.py "$dir" "$dir/sft_wide_traces${mode:+_$mode}_lab.json" $mode
