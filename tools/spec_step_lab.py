@@ -3,14 +3,16 @@
     python tools/spec_step_lab.py --out results/nvidia-h200/labs/spec_step_lab.json
 
 tiny-gpu, batch 1, fp16. StaticEngine's decode step (compiled with ``dynamic=False``, HF ``StaticCache``,
-one logit row; wall time per step of its graph replays, median of 5 calls) against the SpeculativeEngine's captured graphs (plain step, a 9-token verify,
-plain and k = 8 device rounds) built four ways, each in a fresh dynamo state:
+one logit row; wall time per step of its graph replays, median of 5 calls) against the SpeculativeEngine's
+captured graphs (plain step, a 9-token verify, plain and k = 8 device rounds) built four ways, each in a fresh
+dynamo state:
 
-- ``default``: the engine as shipped (``torch.compile`` with automatic dynamic shapes);
-- ``static_shapes``: ``torch.compile(..., dynamic=False)``, one specialisation per (batch, tokens) shape;
-- ``eager``: no ``torch.compile``, the eager forward captured;
-- ``static_index_copy``: ``static_shapes`` with the row cache written by ``index_copy_`` at one position
-  instead of ``scatter_`` at per-row positions (valid at batch 1 only: a measurement, not a fix).
+- ``default``: the engine as it was before this lab (``torch.compile`` with automatic dynamic shapes, the row
+  cache written by ``scatter_`` with a per-element index);
+- ``static_shapes``: ``default`` compiled with ``dynamic=False``, one specialisation per (batch, tokens) shape;
+- ``eager``: ``default`` without ``torch.compile``, the eager forward captured;
+- ``static_index_copy``: ``static_shapes`` with the row cache written by ``index_copy_``, as the library now
+  does (``RowStaticCache.update``).
 
 Every engine generates the same prompt first, and its tokens are compared with StaticEngine's.
 """
@@ -41,12 +43,14 @@ def static_step_ms(se: StaticEngine, ids: torch.Tensor, reps: int = 5) -> float:
     return sorted(ts)[reps // 2]
 
 
-def _index_copy_update(self, key_states, value_states, layer_idx, *args, **kwargs):
+def _scatter_update(self, key_states, value_states, layer_idx, *args, **kwargs):
+    """RowStaticCache.update as it was before this lab (``scatter_`` with a per-element index), kept here so the
+    lab still times it against the library's ``index_copy_`` writes."""
     q = key_states.shape[2]
-    idx = self.pos[:1] + torch.arange(q, device=self.pos.device)   # batch 1: row 0's positions
+    idx = (self.pos[:, None] + torch.arange(q, device=self.pos.device))[:, None, :, None].expand_as(key_states)
     k, v = self.keys[layer_idx], self.values[layer_idx]
-    k.index_copy_(2, idx, key_states.to(k.dtype))
-    v.index_copy_(2, idx, value_states.to(v.dtype))
+    k.scatter_(2, idx, key_states.to(k.dtype))
+    v.scatter_(2, idx, value_states.to(v.dtype))
     return k, v
 
 
@@ -56,8 +60,8 @@ def spec_variant(model, prompt, name: str, max_len: int) -> dict:
     try:
         if name in ("static_shapes", "static_index_copy"):
             torch.compile = functools.partial(compile_fn, dynamic=False)
-        if name == "static_index_copy":
-            row_cache.RowStaticCache.update = _index_copy_update
+        if name != "static_index_copy":   # the others write as the engine did before the lab
+            row_cache.RowStaticCache.update = _scatter_update
         eng = SpeculativeEngine(model, PromptLookupDrafter(), max_len=max_len, max_batch_size=1, ks=(8,),
                                 compile=name != "eager")
         r = eng.generate([prompt], NEW)
