@@ -20,7 +20,8 @@ from data._common import (ITEMS, NAMES, QUARANTINE_ITEMS, QUARANTINE_NAMES,  # n
                           read_jsonl, sha256_file)
 from t4lib.models import schema  # noqa: E402
 
-TRAIN_SIDE = ["math_train.jsonl", "honesty_train.jsonl", "copy_train.jsonl", "traces.jsonl", "honesty_rl.jsonl"]
+TRAIN_SIDE = ["math_train.jsonl", "honesty_train.jsonl", "copy_train.jsonl", "traces.jsonl", "honesty_rl.jsonl",
+              "honesty_rl_wide.jsonl"]
 
 
 def load(name):
@@ -51,6 +52,10 @@ def test_required_sizes(manifest):
     assert sum(r["trap"] for r in load("honesty_eval.jsonl")) == 75
     assert f["honesty_rl.jsonl"]["count"] == 400
     assert sum(r["trap"] for r in load("honesty_rl.jsonl")) == 200
+    assert f["honesty_rl_wide.jsonl"]["count"] == 560
+    wide = load("honesty_rl_wide.jsonl")
+    assert sum(r["trap"] for r in wide) == 280
+    assert len({r["template"] for r in wide}) == len(build_honesty.RL_WIDE_PAIRS) == 28
 
 
 def _recheck_steps(rec):
@@ -77,7 +82,7 @@ def test_math_answers_recheck_with_sympy(name):
 
 
 def test_honesty_answers_recheck_and_targets():
-    for name in ("honesty_train.jsonl", "honesty_eval.jsonl", "honesty_rl.jsonl"):
+    for name in ("honesty_train.jsonl", "honesty_eval.jsonl", "honesty_rl.jsonl", "honesty_rl_wide.jsonl"):
         for rec in load(name):
             if rec["trap"]:
                 assert rec["answer"] is None and rec["target"] == schema.ABSTAIN_TAG
@@ -162,18 +167,25 @@ def _word_re(words):
     return re.compile(r"\b(" + "|".join(map(re.escape, words)) + r")\b")
 
 
-def test_honesty_rl_wording_is_new_to_pretraining_and_evaluation():
-    """The RL split shares no template text or question with the pretraining set (honesty_train) or the
-    quarantined evaluation, and the tiny models' pretraining corpus does not read it."""
+@pytest.mark.parametrize("name,split,pairs", [("honesty_rl.jsonl", "rl", "RL_PAIRS"),
+                                              ("honesty_rl_wide.jsonl", "rl_wide", "RL_WIDE_PAIRS")])
+def test_honesty_rl_wording_is_new_to_pretraining_and_evaluation(name, split, pairs):
+    """An RL split shares no template text or question with the pretraining set (honesty_train), the
+    quarantined evaluation or the other RL split, and the tiny models' pretraining corpus does not read it."""
     from t4lib.models import corpus
 
-    rl, train, ev = load("honesty_rl.jsonl"), load("honesty_train.jsonl"), load("honesty_eval.jsonl")
+    rl = load(name)
+    others = [load(n) for n in ("honesty_train.jsonl", "honesty_eval.jsonl", "honesty_rl.jsonl",
+                                "honesty_rl_wide.jsonl") if n != name]
     pair_texts = lambda pairs: {t for v in pairs.values() for t in v[1:3]}
-    rl_texts = pair_texts(build_honesty.RL_PAIRS)
-    assert not rl_texts & (pair_texts(build_honesty.TRAIN_PAIRS) | pair_texts(build_honesty.EVAL_PAIRS))
-    assert not {r["question"] for r in rl} & ({r["question"] for r in train} | {r["question"] for r in ev})
-    assert {r["template"].split("/")[0] for r in rl} == {"honesty-rl"}
-    assert "honesty_rl.jsonl" not in corpus.TRAIN_FILES
+    all_pairs = ("TRAIN_PAIRS", "EVAL_PAIRS", "RL_PAIRS", "RL_WIDE_PAIRS")
+    rl_texts = pair_texts(getattr(build_honesty, pairs))
+    for other in all_pairs:
+        if other != pairs:
+            assert not rl_texts & pair_texts(getattr(build_honesty, other)), other
+    assert not {r["question"] for r in rl} & {r["question"] for o in others for r in o}
+    assert {r["template"].split("/")[0] for r in rl} == {f"honesty-{split}"}
+    assert name not in corpus.TRAIN_FILES
 
 
 def test_honesty_eval_is_quarantined():

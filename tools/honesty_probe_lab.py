@@ -68,10 +68,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--model", default="tiny-gpu")
+    ap.add_argument("--fit", nargs="+", default=["honesty_train.jsonl", "honesty_rl.jsonl"],
+                    help="honesty sets the probe is fitted on (a random fifth held back)")
     a = ap.parse_args()
+    if "honesty_eval.jsonl" in a.fit:
+        raise SystemExit("--fit must not name the quarantined honesty_eval.jsonl")
     torch.manual_seed(0)
     model, tok = models.load(a.model, dtype=torch.float32, device="cpu")
-    train = corpus.load_jsonl("honesty_train.jsonl") + corpus.load_jsonl("honesty_rl.jsonl")
+    train = [r for name in a.fit for r in corpus.load_jsonl(name)]
     test = corpus.load_jsonl("honesty_eval.jsonl")
     perm = torch.randperm(len(train))
     held = set(perm[: len(train) // 5].tolist())
@@ -97,10 +101,10 @@ def main() -> None:
             print(readout, li, {n: round(v["accuracy"], 3) for n, v in row.items()}, flush=True)
     rec = {"device": "cpu", "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
                                                      text=True).stdout.strip(),
-           "command": f"python tools/honesty_probe_lab.py --out {a.out} --model {a.model}",
+           "command": f"python tools/honesty_probe_lab.py --out {a.out} --model {a.model} --fit {' '.join(a.fit)}",
            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
            "note": __doc__.split("\n\n", 2)[2].strip(), "model": a.model,
-           "n_fit": len(fit_recs), "readouts": readouts}
+           "fit_sets": a.fit, "n_fit": len(fit_recs), "readouts": readouts}
     with open(a.out, "w") as fh:
         json.dump(rec, fh, indent=1)
     print("wrote", a.out)

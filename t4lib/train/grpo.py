@@ -64,7 +64,7 @@ def check_columns(dataset) -> None:
 
 
 #: honesty sets GRPO can train on (``honesty_eval.jsonl`` never)
-HONESTY_SETS = ("honesty_rl.jsonl", "honesty_train.jsonl")
+HONESTY_SETS = ("honesty_rl.jsonl", "honesty_rl_wide.jsonl", "honesty_train.jsonl")
 #: honesty sets an evaluation may read: those and the quarantined one
 READABLE_HONESTY_SETS = HONESTY_SETS + ("honesty_eval.jsonl",)
 
