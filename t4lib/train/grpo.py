@@ -69,9 +69,9 @@ HONESTY_SETS = ("honesty_rl.jsonl", "honesty_rl_wide.jsonl", "honesty_train.json
 READABLE_HONESTY_SETS = HONESTY_SETS + ("honesty_eval.jsonl",)
 
 
-def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str = "honesty_rl.jsonl"):
-    """The ``honesty`` set (half traps) mixed with ``n_math`` problems of ``math_train.jsonl``, shuffled;
-    columns ``prompt`` (plain format), ``target``, ``trap``, ``source``.
+def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str | tuple | list = "honesty_rl.jsonl"):
+    """The ``honesty`` set (half traps; or several, a list of names) mixed with ``n_math`` problems of
+    ``math_train.jsonl``, shuffled; columns ``prompt`` (plain format), ``target``, ``trap``, ``source``.
 
     The default is ``honesty_rl.jsonl``, wordings the tiny models never read: ``honesty_train.jsonl`` is
     part of their pretraining corpus, and ``tiny-gpu`` answers all of it right (every trap abstained on,
@@ -81,10 +81,11 @@ def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str = "honesty_rl.js
 
     if not isinstance(n_math, int) or n_math < 0:
         raise ValueError(f"n_math must be a non-negative int, got {n_math!r}")
-    if honesty not in HONESTY_SETS:
-        raise ValueError(f"honesty must be one of {HONESTY_SETS}, got {honesty!r}")
+    names = [honesty] if isinstance(honesty, str) else list(honesty)
+    if not names or any(n not in HONESTY_SETS for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"honesty must be one or more distinct names of {HONESTY_SETS}, got {honesty!r}")
     rows = [dict(prompt=schema.math_prompt(r["question"]), target=r["target"], trap=bool(r["trap"]), source="honesty")
-            for r in corpus.load_jsonl(honesty)]
+            for n in names for r in corpus.load_jsonl(n)]
     math_recs = corpus.load_jsonl("math_train.jsonl")
     random.Random(seed).shuffle(math_recs)
     rows += [dict(prompt=schema.math_prompt(r["question"]), target=r["answer"], trap=False, source="math")
@@ -385,7 +386,7 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
              n_math_eval: int = 200, device: str | None = None, output_dir: str = "/tmp/t4lib_grpo",
              engine_kwargs: dict | None = None, importance_mode: str = "sequence_mask",
              clip_max: float | None = 3.0, progress: bool = False, calib_docs: int = 64,
-             honesty: str = "honesty_rl.jsonl") -> dict:
+             honesty: str | list = "honesty_rl.jsonl") -> dict:
     """One GRPO run of ``arm`` on ``model_id``; returns config, curves (TRL's log history), timing split,
     GPU memory and the honesty evaluation before and after."""
     from transformers import set_seed
@@ -594,7 +595,7 @@ def write_results(path, recs: list[dict], speed: dict | None = None, step: dict 
 
 def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str = "tiny-gpu",
             logs: str = "/tmp/t4lib_grpo_logs", lr: float = 2e-5, benches=("drift", "speed", "step"),
-            step_steps: int = 3) -> dict:
+            step_steps: int = 3, honesty=("honesty_rl.jsonl",)) -> dict:
     """Every arm x seed as parallel processes on one GPU, then (alone on the GPU) the drift table, the rollout
     speed and the step-time comparison; writes ``out`` (t4lib.results) and returns its summary."""
     import os
@@ -609,7 +610,8 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
             f = Path(logs) / f"grpo_{arm}_s{seed}.json"
             log = open(Path(logs) / f"grpo_{arm}_s{seed}.log", "w")
             cmd = [sys.executable, "-m", "t4lib.train.grpo", "arm", "--model", model_id, "--arm", arm, "--seed",
-                   str(seed), "--steps", str(steps), "--lr", str(lr), "--no-compile", "--out", str(f)]
+                   str(seed), "--steps", str(steps), "--lr", str(lr), "--no-compile", "--out", str(f),
+                   "--honesty", *honesty]
             procs.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                               env={**os.environ, "OMP_NUM_THREADS": "1"})))
     recs = []
@@ -674,7 +676,8 @@ def main(argv=None):
     a1.add_argument("--prompts-per-step", type=int, default=8)
     a1.add_argument("--n-math-eval", type=int, default=200)
     a1.add_argument("--no-compile", action="store_true")
-    a1.add_argument("--honesty", default="honesty_rl.jsonl", choices=list(HONESTY_SETS))
+    a1.add_argument("--honesty", nargs="+", default=["honesty_rl.jsonl"], choices=list(HONESTY_SETS),
+                    help="the honesty sets trained on (honesty_rl_wide.jsonl: 28 more RL templates)")
     a1.add_argument("--out", required=True)
     a3 = sub.add_parser("base-sets", help="the untrained model on every honesty set (train, RL split, eval)")
     a3.add_argument("--model", default="tiny-gpu")
@@ -687,20 +690,22 @@ def main(argv=None):
     a2.add_argument("--lr", type=float, default=2e-5)
     a2.add_argument("--benches", nargs="*", default=["drift", "speed", "step"], choices=["drift", "speed", "step"])
     a2.add_argument("--step-steps", type=int, default=3)
+    a2.add_argument("--honesty", nargs="+", default=["honesty_rl.jsonl"], choices=list(HONESTY_SETS))
     a2.add_argument("--logs", default="/tmp/t4lib_grpo_logs")
     a2.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if a.cmd == "arm":
         rec = run_grpo(a.model, a.arm, a.seed, a.steps, learning_rate=a.lr, prompts_per_step=a.prompts_per_step,
                        n_math_eval=a.n_math_eval, engine_kwargs={"compile": False} if a.no_compile else None,
-                       output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}", honesty=a.honesty)
+                       output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}",
+                       honesty=a.honesty[0] if len(a.honesty) == 1 else a.honesty)
         with open(a.out, "w") as f:
             json.dump(rec, f, indent=1, default=str)
     elif a.cmd == "base-sets":
         print(json.dumps(base_on_honesty_sets(a.model, a.out), indent=1, default=str))
     else:
         summ = run_all(a.out, a.steps, tuple(a.seeds), tuple(a.arms), a.model, a.logs, a.lr, tuple(a.benches),
-                       a.step_steps)
+                       a.step_steps, tuple(a.honesty))
         print(json.dumps(summ, indent=1, default=str))
 
 
