@@ -1,7 +1,25 @@
-"""Which honesty set GRPO trains on and which ones a diagnosis may read: never the quarantined one for training."""
+"""Which honesty sets GRPO trains on (one or several) and which ones a diagnosis may read: never the quarantined one
+for training."""
 import pytest
 
 pytest.importorskip("datasets")
+
+
+def test_grpo_dataset_mixes_several_honesty_sets():
+    from t4lib.train.grpo import grpo_dataset
+
+    both = grpo_dataset(n_math=0, honesty=["honesty_rl.jsonl", "honesty_rl_wide.jsonl"])
+    assert len(both) == 400 + 560 and sum(both["trap"]) == 200 + 280
+    assert len(grpo_dataset(n_math=5, honesty=("honesty_rl_wide.jsonl",))) == 565
+
+
+@pytest.mark.parametrize("bad", [["honesty_rl.jsonl", "honesty_eval.jsonl"], ["honesty_rl.jsonl"] * 2, [],
+                                 "honesty_eval.jsonl"])
+def test_grpo_dataset_refuses_quarantined_repeated_or_no_sets(bad):
+    from t4lib.train.grpo import grpo_dataset
+
+    with pytest.raises(ValueError, match="honesty"):
+        grpo_dataset(0, honesty=bad)
 
 
 def test_evaluate_honesty_names_its_set():

@@ -242,11 +242,6 @@ def test_dataset_columns():
     assert len(ds) == 410 and {"prompt", "target", "trap"} <= set(ds.column_names)
     assert sum(ds["trap"]) == 200 and all(t == "<abstain>" for t, k in zip(ds["target"], ds["trap"]) if k)
     assert sum(grpo_dataset(n_math=0, honesty="honesty_train.jsonl")["trap"]) == 150
-    both = grpo_dataset(n_math=0, honesty=["honesty_rl.jsonl", "honesty_rl_wide.jsonl"])
-    assert len(both) == 400 + 560 and sum(both["trap"]) == 200 + 280
-    for bad in (["honesty_rl.jsonl", "honesty_eval.jsonl"], ["honesty_rl.jsonl"] * 2, []):
-        with pytest.raises(ValueError, match="honesty"):
-            grpo_dataset(0, honesty=bad)
     with pytest.raises(ValueError, match="honesty"):
         grpo_dataset(0, honesty="honesty_eval.jsonl")   # the quarantined set is never trained on
     with pytest.raises(ValueError, match="target"):
