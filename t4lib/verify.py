@@ -238,7 +238,9 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
 
     ``resume``: when this device's ledger entry already verifies the current
     sources, keep its builds, tests, KATs and bench, and re-run under the
-    sanitizers only the (tool, file) pairs that did not finish clean."""
+    sanitizers only the (tool, file) pairs that did not finish clean (with
+    ``sanitize_families``: those families' files only, added to the ones the
+    entry already covers)."""
     import torch
 
     if not torch.cuda.is_available():
@@ -250,7 +252,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     entry["sources_sha256"] = combined_hash(entry["sources"])
     out = out or ledger_dir() / f"{info['slug']}.json"
     if resume:
-        return _resume_sanitizers(entry, out, sanitizer_timeout, shards)
+        return _resume_sanitizers(entry, out, sanitizer_timeout, shards, sanitize_families)
     checks: dict[str, bool] = {}
 
     # 1. every family builds for sm_75 (spills and shared memory are checked by the
@@ -317,7 +319,8 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     return entry
 
 
-def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int) -> dict:
+def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int,
+                       families: list[str] | None = None) -> dict:
     if not out.is_file():
         raise RuntimeError(f"--resume: no ledger entry at {out}; run a full verify first")
     entry = json.loads(out.read_text())
@@ -325,9 +328,11 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int) -> dic
         raise RuntimeError(f"--resume: {out} does not verify the current sources "
                            f"({entry.get('sources_sha256', '?')[:12]} vs {fresh['sources_sha256'][:12]}) or did "
                            "not pass; run a full verify")
-    targets = entry.get("sanitizer_targets") or _sanitizer_targets()
+    asked = _sanitizer_targets(families) if families else None
+    targets = entry.get("sanitizer_targets") or ([] if asked else _sanitizer_targets())
+    targets = sorted(set(targets) | set(asked or ()))
     files = {tool: dict(v.get("files", {})) for tool, v in (entry.get("sanitizers") or {}).items()}
-    todo = {(tool, t) for tool in SANITIZER_TOOLS for t in targets
+    todo = {(tool, t) for tool in SANITIZER_TOOLS for t in (asked or targets)
             if not files.get(tool, {}).get(t, {}).get("clean")}
     for tool, per in _sanitize(targets, timeout, shards=shards, only=todo).items():
         for t, r in per.items():

@@ -126,6 +126,29 @@ def test_sanitizer_resume_reruns_only_unfinished(monkeypatch, tmp_path):
         verify._resume_sanitizers({"sources_sha256": "other"}, ledger, timeout=5, shards=2)
 
 
+def test_sanitizer_resume_adds_named_families_only(monkeypatch, tmp_path):
+    """--resume with families on an entry that ran no sanitizer: those families' files alone run, and the entry
+    then covers exactly them."""
+    from t4lib import verify
+
+    clean = {"clean": True, "errors": 0, "tests_passed": 3, "returncode": 0, "seconds": 1, "tail": ""}
+    ledger = tmp_path / "dev.json"
+    ledger.write_text(json.dumps({"sources_sha256": "abc", "passed": True}))
+    asked = []
+
+    def fake(targets, timeout, shards=1, only=None, **kw):
+        asked.append(only)
+        return {tool: {t: clean for _, t in [p for p in only if p[0] == tool]} for tool in {p[0] for p in only}}
+
+    monkeypatch.setattr(verify, "_sanitize", fake)
+    files = verify._sanitizer_targets(["fused_adamw"])
+    out = verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1, families=["fused_adamw"])
+    assert files and asked == [{(tool, f) for tool in verify.SANITIZER_TOOLS for f in files}]
+    assert out["sanitizer_targets"] == files and out["sanitizers_clean"]
+    with pytest.raises(ValueError, match="not kernel families"):
+        verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1, families=["nope"])
+
+
 def test_sanitizer_runs_leave_out_speed_assertions(monkeypatch):
     """Instrumented, many at once on one GPU, a test that asserts on measured speed fails for no
     memory or race reason: the sanitizer runs' marker must deselect it but keep its kernel's test."""
