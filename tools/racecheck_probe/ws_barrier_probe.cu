@@ -1,0 +1,94 @@
+// Does compute-sanitizer racecheck report hazards for the barrier protocol of fused_adamw_ws_kernel alone?
+//
+// The same shared-memory layout (a 3-stage ring of dY/X stages in a union with the fp32 staging tile), the same
+// named barriers (FULL: producers bar.arrive, consumers bar.sync; EMPTY: consumers bar.arrive, producers
+// bar.sync), the same __syncthreads around the staging tile, over several tiles per CTA; plain loads and stores
+// instead of global loads and WMMA. Variant 1 hands stages over with named barriers as the kernel does; variant 2
+// hands each stage over with __syncthreads alone (no named barrier), the same accesses in the same order.
+// Each thread checks what it reads, so a real race would also show up as a wrong value (printed count).
+//   nvcc -arch=sm_75 -o probe ws_barrier_probe.cu && compute-sanitizer --tool racecheck ./probe 1; ... ./probe 2
+#include <cstdio>
+#include <cstdlib>
+
+constexpr int kConsumers = 128, kProducers = 64, kThreads = kConsumers + kProducers;
+constexpr int kStages = 3, kBT = 32, kLd = 72, kLdC = 68, kBM = 64;
+
+struct Smem {
+  union {
+    struct { short a[kBT][kLd]; short b[kBT][kLd]; } ring[kStages];
+    float c[kBM][kLdC];
+  };
+};
+
+__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+
+__global__ void __launch_bounds__(kThreads) probe(int tiles, int n_iters, bool arrive, int* bad) {
+  __shared__ __align__(128) Smem sm;
+  const bool producer = threadIdx.x >= kConsumers;
+  int wrong = 0;
+  for (int tile = 0; tile < tiles; ++tile) {
+    float acc = 0.f;
+    if (!arrive) {  // variant 2: one stage at a time, __syncthreads only
+      for (int it = 0; it < n_iters; ++it) {
+        const int s = it % kStages;
+        if (producer)
+          for (int i = threadIdx.x - kConsumers; i < kBT * kLd; i += kProducers) {
+            sm.ring[s].a[i / kLd][i % kLd] = (short)(tile + it);
+            sm.ring[s].b[i / kLd][i % kLd] = (short)(tile - it);
+          }
+        __syncthreads();
+        if (!producer)
+          for (int i = threadIdx.x; i < kBT * kLd; i += kConsumers) {
+            const int a = sm.ring[s].a[i / kLd][i % kLd], b = sm.ring[s].b[i / kLd][i % kLd];
+            wrong += (a != tile + it) + (b != tile - it);
+            acc += a + b;
+          }
+        __syncthreads();
+      }
+    } else if (producer) {
+      const int pt = threadIdx.x - kConsumers;
+      for (int it = 0; it < n_iters; ++it) {
+        const int s = it % kStages;
+        if (it >= kStages) named_sync(1 + kStages + s, kThreads);
+        for (int i = pt; i < kBT * kLd; i += kProducers) {
+          sm.ring[s].a[i / kLd][i % kLd] = (short)(tile + it);
+          sm.ring[s].b[i / kLd][i % kLd] = (short)(tile - it);
+        }
+        named_arrive(1 + s, kThreads);
+      }
+    } else {
+      for (int it = 0; it < n_iters; ++it) {
+        const int s = it % kStages;
+        named_sync(1 + s, kThreads);
+        for (int i = threadIdx.x; i < kBT * kLd; i += kConsumers) {
+          const int a = sm.ring[s].a[i / kLd][i % kLd], b = sm.ring[s].b[i / kLd][i % kLd];
+          wrong += (a != tile + it) + (b != tile - it);
+          acc += a + b;
+        }
+        if (it + kStages < n_iters) named_arrive(1 + kStages + s, kThreads);
+      }
+    }
+    __syncthreads();  // every stage consumed: the ring is dead
+    if (!producer)
+      for (int i = threadIdx.x; i < kBM * kLdC; i += kConsumers) sm.c[i / kLdC][i % kLdC] = (float)(tile * 1000 + i);
+    __syncthreads();
+    for (int i = threadIdx.x; i < kBM * kLdC; i += kThreads) wrong += sm.c[i / kLdC][i % kLdC] != (float)(tile * 1000 + i);
+    __syncthreads();
+    if (acc < -1e30f) wrong += 1;  // keep acc alive
+  }
+  atomicAdd(bad, wrong);
+}
+
+int main(int argc, char** argv) {
+  const int variant = argc > 1 ? atoi(argv[1]) : 1;
+  int* bad;
+  cudaMalloc(&bad, sizeof(int));
+  cudaMemset(bad, 0, sizeof(int));
+  probe<<<8, kThreads>>>(4, 64, variant == 1, bad);
+  int h = -1;
+  cudaMemcpy(&h, bad, sizeof(int), cudaMemcpyDeviceToHost);
+  printf("variant %d (%s): wrong values read: %d, %s\n", variant, variant == 1 ? "named-barrier ring" : "__syncthreads only",
+         h, cudaGetErrorString(cudaGetLastError()));
+  return 0;
+}
