@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
 
@@ -170,12 +170,13 @@ def _sanitizer_targets(families: list[str] | None = None) -> list[str]:
 
 
 def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shards: int = 1,
-              tools: tuple[str, ...] = SANITIZER_TOOLS, only: set | None = None) -> dict:
+              tools: tuple[str, ...] = SANITIZER_TOOLS, only: set | None = None, on_pair=None) -> dict:
     """Each (tool, test file) pair under compute-sanitizer, split into ``shards``
     processes by test id, many processes at once (instrumented runs are bound by
     the host CPU, not the GPU). ``only``: the (tool, file) pairs to run (default
     all). Per file: errors summed over its shards; clean only when every shard
-    ran to the end with zero errors and some test passed."""
+    ran to the end with zero errors and some test passed. ``on_pair(tool, file, merged)``: called as
+    each pair's last shard finishes, so a caller can keep what is done if the whole run is cut short."""
     marker = "gpu and not slow and not timing"
     pairs = [(tool, t) for tool in tools for t in targets if only is None or (tool, t) in only]
     ids = {t: _collect(t, marker) for t in {t for _, t in pairs}} if shards > 1 else {}
@@ -198,11 +199,18 @@ def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shar
         r["tests_passed"] = sum(v == "passed" for v in counts.values())
         return r
 
-    with ThreadPoolExecutor(workers) as ex:
-        runs = list(ex.map(one, jobs))
     out: dict = {}
-    for (tool, t, _), r in zip(jobs, runs):
-        out.setdefault(tool, {}).setdefault(t, []).append(r)
+    left = {}
+    for tool, t, _ in jobs:
+        left[(tool, t)] = left.get((tool, t), 0) + 1
+    with ThreadPoolExecutor(workers) as ex:
+        futures = {ex.submit(one, job): job for job in jobs}
+        for f in as_completed(futures):
+            tool, t, _ = futures[f]
+            out.setdefault(tool, {}).setdefault(t, []).append(f.result())
+            left[(tool, t)] -= 1
+            if not left[(tool, t)] and on_pair is not None:
+                on_pair(tool, t, _merge_shards(out[tool][t]))
     return {tool: {t: _merge_shards(rs) for t, rs in per.items()} for tool, per in out.items()}
 
 
@@ -334,13 +342,21 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int,
     files = {tool: dict(v.get("files", {})) for tool, v in (entry.get("sanitizers") or {}).items()}
     todo = {(tool, t) for tool in SANITIZER_TOOLS for t in (asked or targets)
             if not files.get(tool, {}).get(t, {}).get("clean")}
-    for tool, per in _sanitize(targets, timeout, shards=shards, only=todo).items():
+    kept = set()
+
+    def keep(tool, t, r):  # written as each pair finishes: a run cut short keeps what is done
+        kept.add((tool, t))
+        files.setdefault(tool, {})[t] = {**r, "when": results.now()}
+        entry["sanitizer_targets"] = targets
+        entry["sanitizers"] = _summarize(files)
+        entry["sanitizers_clean"] = all(v["clean"] for v in entry["sanitizers"].values()) and all(
+            f in files.get(tool_, {}) for tool_ in SANITIZER_TOOLS for f in targets)
+        out.write_text(json.dumps(entry, indent=1) + "\n")
+
+    for tool, per in _sanitize(targets, timeout, shards=shards, only=todo, on_pair=keep).items():
         for t, r in per.items():
-            files.setdefault(tool, {})[t] = {**r, "when": results.now()}
-    entry["sanitizer_targets"] = targets
-    entry["sanitizers"] = _summarize(files)
-    entry["sanitizers_clean"] = all(r["clean"] for r in entry["sanitizers"].values())
-    out.write_text(json.dumps(entry, indent=1) + "\n")
+            if (tool, t) not in kept:
+                keep(tool, t, r)
     return entry
 
 

@@ -149,6 +149,53 @@ def test_sanitizer_resume_adds_named_families_only(monkeypatch, tmp_path):
         verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1, families=["nope"])
 
 
+def test_sanitizer_resume_keeps_each_finished_pair_when_cut_short(monkeypatch, tmp_path):
+    """A sanitizer pass killed part way (a session's time limit) leaves the pairs that finished in the ledger,
+    the entry not clean, and its targets whole, so a later --resume runs only the rest."""
+    from t4lib import verify
+
+    clean = {"clean": True, "errors": 0, "tests_passed": 3, "returncode": 0, "seconds": 1, "tail": ""}
+    ledger = tmp_path / "dev.json"
+    ledger.write_text(json.dumps({"sources_sha256": "abc", "passed": True}))
+
+    def cut(targets, timeout, shards=1, only=None, on_pair=None, **kw):
+        on_pair("memcheck", targets[0], clean)
+        raise KeyboardInterrupt  # what a timeout's kill looks like from here: nothing returned
+
+    monkeypatch.setattr(verify, "_sanitize", cut)
+    files = verify._sanitizer_targets(["fused_adamw"])
+    with pytest.raises(KeyboardInterrupt):
+        verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1, families=["fused_adamw"])
+    entry = json.loads(ledger.read_text())
+    assert entry["sanitizer_targets"] == files and entry["sanitizers_clean"] is False
+    assert entry["sanitizers"]["memcheck"]["files"][files[0]]["clean"]
+    asked = []
+
+    def rest(targets, timeout, shards=1, only=None, on_pair=None, **kw):
+        asked.append(only)
+        for tool, t in sorted(only):
+            on_pair(tool, t, clean)
+        return {}
+
+    monkeypatch.setattr(verify, "_sanitize", rest)
+    out = verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1)
+    assert asked == [{(tool, f) for tool in ("racecheck", "synccheck") for f in files}] and out["sanitizers_clean"]
+
+
+def test_sanitize_reports_each_pair_as_its_last_shard_finishes(monkeypatch):
+    from t4lib import verify
+
+    def fake(args, junit, prefix=None, timeout=None):
+        return {"returncode": 0, "seconds": 1, "tail": "ERROR SUMMARY: 0 errors", "tests": {"t::x": "passed"}}
+
+    monkeypatch.setattr(verify, "_pytest", fake)
+    monkeypatch.setattr(verify, "_collect", lambda t, marker: ["t::a", "t::b", "t::c"])
+    seen = []
+    out = verify._sanitize(["f"], timeout=5, workers=2, shards=3, tools=("memcheck",),
+                           on_pair=lambda tool, t, r: seen.append((tool, t, r["shards"], r["tests_passed"])))
+    assert seen == [("memcheck", "f", 3, 3)] and out["memcheck"]["f"]["clean"]
+
+
 def test_sanitizer_runs_leave_out_speed_assertions(monkeypatch):
     """Instrumented, many at once on one GPU, a test that asserts on measured speed fails for no
     memory or race reason: the sanitizer runs' marker must deselect it but keep its kernel's test."""
