@@ -1,6 +1,6 @@
 """Gather the records of tools/sft_wide_traces_lab.sh into one lab record.
 
-    python tools/sft_wide_traces_gather.py DIR OUT.json [long]
+    python tools/sft_wide_traces_gather.py DIR OUT.json [long|longer]
 """
 import json
 import statistics
@@ -16,6 +16,8 @@ WHAT = {
         "4 epochs)",
     "long": "full fine-tuning of tiny-gpu, lr 5e-4, batch 32, on traces_wide.jsonl (1600 traces, 8 phrasings per "
             "structure) for 8 epochs (400 optimizer steps), twice the steps of sft_wide_traces_lab",
+    "longer": "full fine-tuning of tiny-gpu, lr 5e-4, batch 32, on traces_wide.jsonl (1600 traces, 8 phrasings per "
+              "structure) for 12 epochs (600 optimizer steps), three times the steps of sft_wide_traces_lab",
 }
 
 

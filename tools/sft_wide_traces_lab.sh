@@ -3,9 +3,10 @@
 # the train templates (8 epochs) and on the 1600 traces of traces_wide.jsonl, eight phrasings per structure
 # (4 epochs, the same number of steps), evaluated on the 696 1-2 step held-out problems; wide seeds 0, 1, 2.
 # Two runs at a time, one thread each; about 20 minutes per pair on 2 CPU cores, or 2 minutes on a GPU.
-# With "long": traces_wide.jsonl for 8 epochs (400 steps), seeds 0 and 1, about 45 minutes on 2 CPU cores.
-#   bash tools/sft_wide_traces_lab.sh [long]
-# then gathers the records into $OUT/wide[_long]/sft_wide_traces[_long]_lab.json (results/cpu/labs/ holds the CPU runs).
+# With "long": traces_wide.jsonl for 8 epochs (400 steps), seeds 0 and 1, about 45 minutes on 2 CPU cores;
+# "longer": 12 epochs (600 steps), the same seeds, about 70 minutes on 2 CPU cores.
+#   bash tools/sft_wide_traces_lab.sh [long|longer]
+# then gathers the records into $OUT/wide[_MODE]/sft_wide_traces[_MODE]_lab.json (results/cpu/labs/ holds the CPU runs).
 OUT=${OUT:-/tmp/out}
 mode=${1:-}
 dir="$OUT/wide${mode:+_$mode}"
@@ -16,6 +17,8 @@ run() {  # name, traces, epochs, seed
 }
 if [ "$mode" = long ]; then
   run wide8_s0 traces_wide.jsonl 8 0 & run wide8_s1 traces_wide.jsonl 8 1 & wait
+elif [ "$mode" = longer ]; then
+  run wide12_s0 traces_wide.jsonl 12 0 & run wide12_s1 traces_wide.jsonl 12 1 & wait
 else
   run traces_s0 traces.jsonl 8 0 & run wide_s0 traces_wide.jsonl 4 0 & wait
   run wide_s1 traces_wide.jsonl 4 1 & run wide_s2 traces_wide.jsonl 4 2 & wait
