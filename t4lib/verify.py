@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
@@ -200,9 +201,7 @@ def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shar
         return r
 
     out: dict = {}
-    left = {}
-    for tool, t, _ in jobs:
-        left[(tool, t)] = left.get((tool, t), 0) + 1
+    left = Counter((tool, t) for tool, t, _ in jobs)   # shards still running per pair
     with ThreadPoolExecutor(workers) as ex:
         futures = {ex.submit(one, job): job for job in jobs}
         for f in as_completed(futures):
@@ -342,10 +341,7 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int,
     files = {tool: dict(v.get("files", {})) for tool, v in (entry.get("sanitizers") or {}).items()}
     todo = {(tool, t) for tool in SANITIZER_TOOLS for t in (asked or targets)
             if not files.get(tool, {}).get(t, {}).get("clean")}
-    kept = set()
-
     def keep(tool, t, r):  # written as each pair finishes: a run cut short keeps what is done
-        kept.add((tool, t))
         files.setdefault(tool, {})[t] = {**r, "when": results.now()}
         entry["sanitizer_targets"] = targets
         entry["sanitizers"] = _summarize(files)
@@ -353,10 +349,7 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int,
             f in files.get(tool_, {}) for tool_ in SANITIZER_TOOLS for f in targets)
         out.write_text(json.dumps(entry, indent=1) + "\n")
 
-    for tool, per in _sanitize(targets, timeout, shards=shards, only=todo, on_pair=keep).items():
-        for t, r in per.items():
-            if (tool, t) not in kept:
-                keep(tool, t, r)
+    _sanitize(targets, timeout, shards=shards, only=todo, on_pair=keep)
     return entry
 
 

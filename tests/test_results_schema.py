@@ -115,8 +115,10 @@ def test_sanitizer_resume_reruns_only_unfinished(monkeypatch, tmp_path):
     ledger.write_text(json.dumps(entry))
     asked = []
 
-    def fake(targets, timeout, shards=1, only=None, **kw):
+    def fake(targets, timeout, shards=1, only=None, on_pair=None, **kw):
         asked.append(only)
+        for tool, t in only:
+            on_pair(tool, t, clean)
         return {tool: {t: clean for _, t in [p for p in only if p[0] == tool]} for tool in {p[0] for p in only}}
 
     monkeypatch.setattr(verify, "_sanitize", fake)
@@ -136,8 +138,10 @@ def test_sanitizer_resume_adds_named_families_only(monkeypatch, tmp_path):
     ledger.write_text(json.dumps({"sources_sha256": "abc", "passed": True}))
     asked = []
 
-    def fake(targets, timeout, shards=1, only=None, **kw):
+    def fake(targets, timeout, shards=1, only=None, on_pair=None, **kw):
         asked.append(only)
+        for tool, t in only:
+            on_pair(tool, t, clean)
         return {tool: {t: clean for _, t in [p for p in only if p[0] == tool]} for tool in {p[0] for p in only}}
 
     monkeypatch.setattr(verify, "_sanitize", fake)
