@@ -215,8 +215,10 @@ EVAL_SETS = {
 
 
 def evaluate_sets(model, tok, sets=tuple(EVAL_SETS), fmt="tags", n=None, batch_size=128,
-                  max_new_tokens=176, progress=True) -> dict:
-    """``{set: summary}`` of :func:`t4lib.train.evaluate.evaluate_model` on named evaluation sets."""
+                  max_new_tokens=176, progress=True, keep_rows=False) -> dict:
+    """``{set: summary}`` of :func:`t4lib.train.evaluate.evaluate_model` on named evaluation sets.
+    ``keep_rows``: each summary also keeps every scored row (``rows``: id, structure, steps, output, verdicts),
+    for reading the failures of one structure."""
     from . import evaluate as ev
 
     out = {}
@@ -229,6 +231,9 @@ def evaluate_sets(model, tok, sets=tuple(EVAL_SETS), fmt="tags", n=None, batch_s
                                        max_new_tokens=max_new_tokens if fmt == "tags" else 48)
         summ["examples"] = [dict(id=r["id"], output=r["output"], correct=r["correct"],
                                  schema_valid=r["schema_valid"]) for r in rows[:3]]
+        if keep_rows:
+            summ["rows"] = [{k: r[k] for k in ("id", "structure", "n_steps", "schema_valid", "correct", "output")}
+                            for r in rows]
         out[name] = summ
     return out
 
@@ -236,12 +241,14 @@ def evaluate_sets(model, tok, sets=tuple(EVAL_SETS), fmt="tags", n=None, batch_s
 def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings | None = None,
         device: str | None = None, output_dir: str = "/tmp/t4lib_sft", eval_sets=tuple(EVAL_SETS),
         eval_n: int | None = None, before: bool = False, save_to: str | None = None,
-        train_records: list[dict] | None = None, progress: bool = True, replay: int = 0) -> dict:
+        train_records: list[dict] | None = None, progress: bool = True, replay: int = 0,
+        keep_rows: bool = False) -> dict:
     """Load ``model_id`` on ``base``, SFT it on the traces, evaluate, optionally save; a JSON-able record.
 
     ``before``: also evaluate the untouched base (tag and plain formats). ``save_to``: the merged
     fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer. ``replay``:
-    that many plain-format problems (:func:`t4lib.train.data.replay_dataset`) mixed into the traces."""
+    that many plain-format problems (:func:`t4lib.train.data.replay_dataset`) mixed into the traces.
+    ``keep_rows``: the after-SFT evaluation keeps every output (:func:`evaluate_sets`)."""
     import torch
 
     from .data import traces_dataset
@@ -268,7 +275,7 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
     res = train(model, tok, ds, s, output_dir)
     rec.update(settings=res.settings, losses=res.losses, train_seconds=res.train_seconds,
                trainable_params=res.trainable_params)
-    rec["after"] = evaluate_sets(res.model, tok, eval_sets, "tags", n=eval_n, progress=progress)
+    rec["after"] = evaluate_sets(res.model, tok, eval_sets, "tags", n=eval_n, progress=progress, keep_rows=keep_rows)
     if save_to:
         from ..quant.linear import QuantLinear
         m = res.model
@@ -304,10 +311,18 @@ def main(argv=None):
     ap.add_argument("--traces", default="traces.jsonl",
                     help="the trace file in data/: traces.jsonl (800, the train templates) or traces_wide.jsonl "
                          "(1600, eight phrasings per structure)")
+    ap.add_argument("--weight-decay", type=float, default=0.0)
+    ap.add_argument("--neftune", type=float, default=None,
+                    help="NEFTune noise alpha (uniform noise on the input embeddings while training; TRL's "
+                         "neftune_noise_alpha)")
+    ap.add_argument("--keep-outputs", action="store_true", help="record every after-SFT output and verdict")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    if a.neftune is not None and a.neftune <= 0:
+        ap.error(f"--neftune must be > 0, got {a.neftune}")
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
-                    alpha=2 * a.r)
+                    alpha=2 * a.r, weight_decay=a.weight_decay,
+                    extra={} if a.neftune is None else {"neftune_noise_alpha": a.neftune})
     sets = tuple(x for x in a.eval_sets.split(",") if x)
     if a.eval_only:
         import torch
@@ -321,7 +336,7 @@ def main(argv=None):
     from ..models import corpus
     rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
               eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay,
-              train_records=corpus.load_jsonl(a.traces))
+              train_records=corpus.load_jsonl(a.traces), keep_rows=a.keep_outputs)
     rec["data"]["traces"] = a.traces
     from pathlib import Path
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
