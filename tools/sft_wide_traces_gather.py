@@ -2,7 +2,9 @@
 
     python tools/sft_wide_traces_gather.py DIR OUT.json [long|longer|sweep]
 
-A run's recipe is its file name before ``_s<seed>``; ``recipes`` summarises each over its seeds.
+A run's recipe is its file name before ``_s<seed>``; ``recipes`` summarises each over its seeds and, where the runs
+kept their outputs (``--keep-outputs``), counts why the answers that are not a grounded pass fail, by structure
+(``t4lib.train.evaluate.failure_kind``).
 """
 import json
 import statistics
@@ -10,6 +12,7 @@ import sys
 from pathlib import Path
 
 from t4lib import hw, results
+from t4lib.train import evaluate as ev
 
 
 WHAT = {
@@ -22,7 +25,7 @@ WHAT = {
               "structure) for 12 epochs (600 optimizer steps), three times the steps of sft_wide_traces_lab",
     "sweep": "full fine-tuning of tiny-gpu, batch 32, on traces_wide.jsonl (1600 traces, 8 phrasings per structure): "
              "12 epochs at lr 5e-4 (seeds 0-3), the same with NEFTune noise alpha 5 (seeds 0-2) or weight decay 0.1 "
-             "(seeds 0-1), 16 epochs at lr 5e-4 or 3e-4 (seeds 0-1), side by side on one GPU",
+             "(seeds 0-1), 16 epochs at lr 5e-4 (seeds 0-1) or 3e-4 (seeds 0-3), side by side on one GPU",
 }
 KEYS = ("schema_valid", "grounded_pass", "grounded_pass_two_step")
 
@@ -33,7 +36,8 @@ def spread(runs: list[dict]) -> dict:
 
 
 def main(src: str, out: str, mode: str = "") -> None:
-    runs = []
+    runs, failures = [], {}
+    heldout = ev.load_eval_records("math_heldout", max_steps=2)
     for p in sorted(Path(src).glob("*_s[0-9].json")):
         r = json.loads(p.read_text())
         h = r["after"]["heldout_1_2"]
@@ -47,19 +51,25 @@ def main(src: str, out: str, mode: str = "") -> None:
                          grounded_pass=h["overall"]["grounded"]["rate"], grounded_ci95=h["overall"]["grounded"]["ci95"],
                          grounded_pass_two_step=h["two_step"]["grounded"]["rate"], n_heldout_1_2=h["overall"]["n"],
                          by_structure={s: round(v["grounded"]["rate"], 4) for s, v in h["by_structure"].items()}))
+        if "rows" in h:
+            mine = failures.setdefault(runs[-1]["recipe"], {})
+            for s, kinds in ev.failure_counts(heldout, h["rows"]).items():
+                for k, n in kinds.items():
+                    mine.setdefault(s, dict.fromkeys(ev.FAILURE_KINDS, 0))[k] += n
     wide = [r for r in runs if r["traces"] == "traces_wide.jsonl"]
     summary = spread(wide)
     by_recipe = {}
     for r in runs:
         by_recipe.setdefault(r["recipe"], []).append(r)
-    recipes = {name: dict(seeds=len(rs), **spread(rs)) for name, rs in sorted(by_recipe.items())}
+    recipes = {name: dict(seeds=len(rs), **spread(rs), **({"failures": failures[name]} if name in failures else {}))
+               for name, rs in sorted(by_recipe.items())}
     rec = results.lab_record(f"bash tools/sft_wide_traces_lab.sh {mode}".strip())
     rec.update(device=f"{hw.device_info()['name']} (one thread per run)",
                what=WHAT[mode] + "; greedy tag-format answers to the 696 1-2 step held-out problems (held-out "
                                  "templates) through StaticEngine",
                runs=runs, wide_summary=summary, recipes=recipes)
     Path(out).write_text(json.dumps(rec, indent=1) + "\n")
-    print(json.dumps(recipes, indent=1))
+    print(json.dumps({k: {m: v[m] for m in KEYS} for k, v in recipes.items()}, indent=1))
 
 
 if __name__ == "__main__":

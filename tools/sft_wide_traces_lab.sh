@@ -5,9 +5,9 @@
 # Two runs at a time, one thread each; about 20 minutes per pair on 2 CPU cores, or 2 minutes on a GPU.
 # With "long": traces_wide.jsonl for 8 epochs (400 steps), seeds 0 and 1, about 45 minutes on 2 CPU cores;
 # "longer": 12 epochs (600 steps), the same seeds, about 70 minutes on 2 CPU cores.
-# "sweep" (a GPU): thirteen runs side by side, each keeping every output: 12 epochs over seeds 0-3, 12 epochs with
+# "sweep" (a GPU): fifteen runs side by side, each keeping every output: 12 epochs over seeds 0-3, 12 epochs with
 # NEFTune noise (alpha 5) over seeds 0-2, 16 epochs over seeds 0-1, 12 epochs with weight decay 0.1 over seeds 0-1,
-# and 16 epochs at lr 3e-4 over seeds 0-1; about 5 minutes on an H200.
+# and 16 epochs at lr 3e-4 over seeds 0-3; about 5 minutes on an H200.
 #   bash tools/sft_wide_traces_lab.sh [long|longer|sweep]
 # then gathers the records into $OUT/wide[_MODE]/sft_wide_traces[_MODE]_lab.json (results/cpu/labs/ holds the CPU runs).
 OUT=${OUT:-/tmp/out}
@@ -26,8 +26,8 @@ if [ "$mode" = sweep ]; then
   for s in 0 1; do
     run wide16_s$s traces_wide.jsonl 16 $s --keep-outputs &
     run wide12wd_s$s traces_wide.jsonl 12 $s --weight-decay 0.1 --keep-outputs &
-    run wide16lr3_s$s traces_wide.jsonl 16 $s --lr 3e-4 --keep-outputs &
   done
+  for s in 0 1 2 3; do run wide16lr3_s$s traces_wide.jsonl 16 $s --lr 3e-4 --keep-outputs & done
   wait
 elif [ "$mode" = long ]; then
   run wide8_s0 traces_wide.jsonl 8 0 & run wide8_s1 traces_wide.jsonl 8 1 & wait

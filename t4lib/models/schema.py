@@ -168,7 +168,8 @@ def parse_trace(text: str) -> dict:
     return out
 
 
-def _check_identity(line: str, where: str):
+def check_identity(line: str, where: str):
+    """The value of a step ``<arithmetic> = <number>``; ValueError naming the line when it is malformed or false."""
     import sympy
     if line.count("=") != 1:
         raise ValueError(f"trace: {where} line {line!r} must have exactly one '='")
@@ -196,12 +197,12 @@ def certify_trace(text: str, expected_answer: str | None = None) -> dict:
     compute = [ln.strip() for ln in sec["compute"].splitlines() if ln.strip()]
     if len(compute) != len(plan):
         raise ValueError(f"trace: {len(compute)} compute lines for {len(plan)} plan steps")
-    values = [_check_identity(ln, "compute") for ln in compute]
+    values = [check_identity(ln, "compute") for ln in compute]
     verify = [ln.strip() for ln in sec["verify"].splitlines() if ln.strip()]
     if not verify:
         raise ValueError("trace: <verify> has no check line")
     for ln in verify:
-        _check_identity(ln, "verify")
+        check_identity(ln, "verify")
     ans = normalize_answer(sec["answer"])
     num = re.compile(r"(?<![\d/])" + re.escape(ans) + r"(?![\d/])")
     if not any(num.search(ln.split("=")[0]) for ln in verify):

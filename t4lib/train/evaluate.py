@@ -23,6 +23,7 @@ question column ``question`` or ``problem``, gold column ``answer`` (GSM8K's
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -206,6 +207,47 @@ def score(records: list[dict], outputs: list[str], fmt: str) -> list[dict]:
         rows.append(dict(id=r["id"], structure=r["structure"], n_steps=r["n_steps"], schema_valid=valid,
                          correct=ok, grounded=valid and ok, output=o, error=err))
     return rows
+
+
+FAILURE_KINDS = ("schema", "misread", "arithmetic", "plan", "unchecked")
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def failure_kind(question: str, output: str) -> str:
+    """Why a wrong tag-format answer is wrong, first cause in this order: ``schema`` (not schema-valid),
+    ``misread`` (a number in ``<understand>``'s Given part that the question does not contain), ``arithmetic``
+    (a ``<compute>`` line that SymPy finds false), ``plan`` (the numbers read and every step computed right:
+    the operations are the wrong ones), ``unchecked`` (a compute line that is not ``<arithmetic> = <number>``).
+    A diagnostic for reading failures by structure, not a score."""
+    p = parse_completion(output)
+    if not p.valid:
+        return "schema"
+    given = p.sections["understand"].split("Find:")[0]
+    if not set(_NUMBER.findall(given)) <= set(_NUMBER.findall(question)):
+        return "misread"
+    for line in (ln.strip() for ln in p.sections["compute"].splitlines()):
+        if not line:
+            continue
+        try:
+            schema.check_identity(line, "compute")
+        except ValueError as e:
+            return "arithmetic" if "is false" in str(e) else "unchecked"
+    return "plan"
+
+
+def failure_counts(records: list[dict], rows: list[dict]) -> dict:
+    """``{structure: {kind: count}}`` of :func:`failure_kind` over the rows that are not a grounded pass (not
+    schema-valid, or wrong; rows as :func:`score` or
+    ``evaluate_sets(keep_rows=True)`` give them; records: the evaluated problems, matched by ``id``)."""
+    question = {r["id"]: r["question"] for r in records}
+    missing = [r["id"] for r in rows if r["id"] not in question]
+    if missing:
+        raise ValueError(f"rows name problems that records lack: {missing[:3]}")
+    out = defaultdict(lambda: dict.fromkeys(FAILURE_KINDS, 0))
+    for r in rows:
+        if not (r["schema_valid"] and r["correct"]):
+            out[r["structure"]][failure_kind(question[r["id"]], r["output"])] += 1
+    return dict(sorted(out.items()))
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
