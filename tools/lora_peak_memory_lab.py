@@ -6,6 +6,9 @@ allocated bytes peak, and groups the blocks live at that moment by the innermost
 transformers, bitsandbytes or torch.nn. The difference of the two peaks is then the difference of those groups.
 
     python tools/lora_peak_memory_lab.py --out lora_peak_memory_lab.json [--batch 4 --seq 512]
+
+The replay counts the sizes the history records, not the allocator's rounded blocks, so its peak falls short of
+``torch.cuda.max_memory_allocated``: read its groups as indicative.
 """
 import argparse
 import json
