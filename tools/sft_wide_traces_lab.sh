@@ -8,7 +8,9 @@
 # "sweep" (a GPU): fifteen runs side by side, each keeping every output: 12 epochs over seeds 0-3, 12 epochs with
 # NEFTune noise (alpha 5) over seeds 0-2, 16 epochs over seeds 0-1, 12 epochs with weight decay 0.1 over seeds 0-1,
 # and 16 epochs at lr 3e-4 over seeds 0-3; about 5 minutes on an H200.
-#   bash tools/sft_wide_traces_lab.sh [long|longer|sweep]
+# "soup" (a GPU): the sweep's 16-epoch lr 3e-4 recipe over seeds 0-3, each saved, then their weight average scored
+# beside them (tools/sft_soup_lab.py) into $OUT/wide_soup/sft_soup_lab.json; about 4 minutes on an H200.
+#   bash tools/sft_wide_traces_lab.sh [long|longer|sweep|soup]
 # then gathers the records into $OUT/wide[_MODE]/sft_wide_traces[_MODE]_lab.json (results/cpu/labs/ holds the CPU runs).
 OUT=${OUT:-/tmp/out}
 mode=${1:-}
@@ -20,7 +22,12 @@ run() {  # name, traces, epochs, seed, [more sft options]
   OMP_NUM_THREADS=1 python3 -m t4lib.train.sft --model tiny-gpu --method full --base fp32 --lr 5e-4 --epochs "$epochs" \
     --seed "$seed" --traces "$traces" --eval-sets heldout_1_2 "$@" --out "$dir/$name.json" > "$dir/$name.log" 2>&1
 }
-if [ "$mode" = sweep ]; then
+if [ "$mode" = soup ]; then
+  for s in 0 1 2 3; do run wide16lr3_s$s traces_wide.jsonl 16 $s --lr 3e-4 --save "$dir/ckpt_s$s" & done
+  wait
+  python3 tools/sft_soup_lab.py --out "$dir/sft_soup_lab.json" "$dir"/ckpt_s[0-9]
+  exit
+elif [ "$mode" = sweep ]; then
   for s in 0 1 2 3; do run wide12_s$s traces_wide.jsonl 12 $s --keep-outputs & done
   for s in 0 1 2; do run wide12neft5_s$s traces_wide.jsonl 12 $s --neftune 5 --keep-outputs & done
   for s in 0 1; do
