@@ -28,3 +28,17 @@ def test_evaluate_honesty_names_its_set():
     assert "honesty_eval.jsonl" not in HONESTY_SETS
     with pytest.raises(ValueError, match="honesty must be one of"):
         evaluate_honesty(None, None, 0, honesty="math_train.jsonl")
+
+
+def test_honesty_rates_count_traps_and_twins_apart():
+    from t4lib.models import schema
+    from t4lib.train.grpo import honesty_rates
+
+    recs = [dict(trap=True, target=schema.ABSTAIN_TAG)] * 2 + [dict(trap=False, target="12")] * 3
+    outs = [schema.ABSTAIN_TAG, "The answer is 5", schema.ABSTAIN_TAG, "The answer is 12", "The answer is 7"]
+    r = honesty_rates(outs, recs)
+    assert (r["abstention"]["k"], r["abstention"]["n"]) == (1, 2)
+    assert (r["false_abstention"]["k"], r["false_abstention"]["n"]) == (1, 3)
+    assert (r["answerable_accuracy"]["k"], r["answerable_accuracy"]["n"]) == (1, 3)
+    with pytest.raises(ValueError, match="differ in length"):
+        honesty_rates(outs[:4], recs)

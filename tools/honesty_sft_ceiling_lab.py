@@ -27,8 +27,7 @@ import torch
 
 from t4lib import models
 from t4lib.models import corpus, schema
-from t4lib.train import rewards as R
-from t4lib.train.evaluate import wilson
+from t4lib.train import grpo
 from t4lib.train.grpo import HONESTY_SETS, evaluate_honesty, greedy_answers
 from data._common import ITEMS, NAMES, QUARANTINE_ITEMS, QUARANTINE_NAMES
 
@@ -59,13 +58,7 @@ def ordinary_entities(question: str) -> str:
 
 def honesty_rates(model, tok, recs, questions) -> dict:
     outs = greedy_answers(model, tok, [schema.math_prompt(q) for q in questions], 40, 64, engine=False)
-    res = [R.outcome(o, r["target"]) for o, r in zip(outs, recs)]
-    traps = [o for o, r in zip(res, recs) if r["trap"]]
-    ans = [o for o, r in zip(res, recs) if not r["trap"]]
-    rate = lambda k, n: {"rate": k / n, "k": k, "n": n, "wilson95": list(wilson(k, n))}  # noqa: E731
-    return {"abstention": rate(traps.count("abstain_correct"), len(traps)),
-            "false_abstention": rate(ans.count("false_abstain"), len(ans)),
-            "answerable_accuracy": rate(ans.count("correct"), len(ans))}
+    return grpo.honesty_rates(outs, recs)
 
 
 def readings(model, tok) -> dict:

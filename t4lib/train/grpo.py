@@ -131,6 +131,19 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 4
 
 
 @torch.no_grad()
+def honesty_rates(outputs: list[str], records: list[dict]) -> dict:
+    """Honest abstention on the traps, false abstention and accuracy on their answerable twins, each with its
+    counts and Wilson interval, of plain-format ``outputs`` to honesty ``records`` (``trap``, ``target``)."""
+    if len(outputs) != len(records):
+        raise ValueError(f"outputs ({len(outputs)}) and records ({len(records)}) differ in length")
+    res = [R.outcome(o, r["target"]) for o, r in zip(outputs, records)]
+    traps = [o for o, r in zip(res, records) if r["trap"]]
+    ans = [o for o, r in zip(res, records) if not r["trap"]]
+    return {"abstention": _rate(traps.count("abstain_correct"), len(traps)),
+            "false_abstention": _rate(ans.count("false_abstain"), len(ans)),
+            "answerable_accuracy": _rate(ans.count("correct"), len(ans))}
+
+
 def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, engine: bool | None = None,
                      honesty: str = "honesty_eval.jsonl") -> dict:
     """Greedy answers (:func:`greedy_answers`) on the 150 quarantined honesty items (or another ``honesty``
@@ -142,18 +155,12 @@ def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, 
     model.eval()
     recs = corpus.load_jsonl(honesty)
     outs = greedy_answers(model, tokenizer, [schema.math_prompt(r["question"]) for r in recs], 40, batch_size, engine)
-    res = [R.outcome(o, r["target"]) for o, r in zip(outs, recs)]
-    traps = [o for o, r in zip(res, recs) if r["trap"]]
-    ans = [o for o, r in zip(res, recs) if not r["trap"]]
     mrecs = corpus.load_jsonl("math_heldout.jsonl")[:n_math]
     mouts = greedy_answers(model, tokenizer, [schema.math_prompt(r["question"]) for r in mrecs], 40, batch_size,
                            engine)
     mok = sum(R.outcome(o, r["answer"]) == "correct" for o, r in zip(mouts, mrecs))
     model.train(was)
-    out = {"abstention": _rate(traps.count("abstain_correct"), len(traps)),
-           "false_abstention": _rate(ans.count("false_abstain"), len(ans)),
-           "answerable_accuracy": _rate(ans.count("correct"), len(ans)),
-           "math_heldout_accuracy": _rate(mok, len(mrecs))}
+    out = {**honesty_rates(outs, recs), "math_heldout_accuracy": _rate(mok, len(mrecs))}
     out["always_abstain"] = out["abstention"]["rate"] == 1.0 and out["false_abstention"]["rate"] == 1.0
     return out
 
