@@ -211,6 +211,7 @@ def test_quality_run_on_project_text(tmp_path):
         assert figs[f"w4a16_quality/g{g}/gap_rtn"]["value"] == pytest.approx(q["rtn"] - q["fp"])
     assert r["target_met"] == (r["rows"][32]["gap_rtn"] > 0 and r["rows"][32]["gap_ratio"] <= 0.5)
     assert "MET" in quality.format_table(r)
+    assert quality.format_table(r, verdict=False) == quality.format_table(r).rsplit("\n", 1)[0]
     # KL to the fp model: zero against itself, positive once quantized, as written
     assert quality.mean_kl(model, model, test) == pytest.approx(0.0, abs=1e-6)
     rtn_model = quantize_model(model, default_policy(model, 64, "rtn"), inplace=False)

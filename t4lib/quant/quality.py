@@ -357,8 +357,8 @@ def target_reason(r: dict) -> str:
     return f"GPTQ gap / RTN gap at group {g} = {q['gap_ratio']:.3f} (target <= 0.5)"
 
 
-def format_table(r: dict) -> str:
-    """A text table of :func:`run`'s result."""
+def format_table(r: dict, verdict: bool = True) -> str:
+    """A text table of :func:`run`'s result; ``verdict``: end with the target's verdict and its reason."""
     lines = [f"model: {r['source']}",
              f"eval: {r['eval_tokens']} next-token predictions ({r['eval_text']}); "
              f"GPTQ calibration: {r['calib_tokens']} tokens ({r['calib_text']})",
@@ -369,8 +369,9 @@ def format_table(r: dict) -> str:
         lines.append(f"{g:>5} {q['fp']:9.4f} {q['rtn']:9.4f} {q['gptq']:9.4f} {q['gap_rtn']:+9.4f} "
                      f"{q['gap_gptq']:+9.4f} {ratio} {q['kl_rtn']:8.4f} {q['kl_gptq']:8.4f} {q['kl_ratio']:8.3f}"
                      + ("  <- target judged here" if g == r["primary"] else ""))
-    lines.append(f"target (GPTQ gap <= 0.5 x RTN gap at group {r['primary']}): "
-                 f"{'MET' if r['target_met'] else 'NOT MET'} ({target_reason(r)})")
+    if verdict:
+        lines.append(f"target (GPTQ gap <= 0.5 x RTN gap at group {r['primary']}): "
+                     f"{'MET' if r['target_met'] else 'NOT MET'} ({target_reason(r)})")
     return "\n".join(lines)
 
 
