@@ -27,22 +27,45 @@ from t4lib.speculative.bench import greedy_references, load_prompts
 from t4lib.speculative.drafters import PromptLookupDrafter
 
 
-def replay(prompts, refs, k: int, max_ngram: int, min_ngram: int) -> dict:
-    """Target forwards and drafts when every step drafts (up to) k tokens by prompt lookup over ``refs``."""
+def replay(prompts, refs, k: int, max_ngram: int = 3, min_ngram: int = 1, propose=None) -> dict:
+    """Target forwards and drafts when every step drafts (up to) k tokens by prompt lookup over ``refs``, or by
+    ``propose(context, ahead)`` (another drafter; an oracle may read ``ahead``, the output's next tokens)."""
     drafter = PromptLookupDrafter(max_ngram=max_ngram, min_ngram=min_ngram, eos_token_id=0)
+    propose = propose or (lambda ctx, ahead: drafter.lookup(ctx, len(ahead)))
     forwards = tokens = no_draft = 0
     for p, r in zip(prompts, refs):
         ctx, i = list(p) + r[:1], 1   # the prefill chose r[0]
         while i < len(r):
-            draft = drafter.lookup(ctx, min(k, len(r) - i))
+            ahead = r[i:i + k]
+            draft = propose(ctx, ahead)
             n = 0
-            while n < len(draft) and draft[n] == r[i + n]:
+            while n < len(draft) and draft[n] == ahead[n]:
                 n += 1
             step = min(n + 1, len(r) - i)   # the accepted drafts and the target's own next token
             ctx += r[i:i + step]
             i, forwards, tokens, no_draft = i + step, forwards + 1, tokens + step, no_draft + (not draft)
     return {"tokens_per_forward": tokens / forwards, "no_draft_fraction": no_draft / forwards,
             "forwards": forwards, "tokens": tokens}
+
+
+def lab_arguments(doc: str) -> argparse.Namespace:
+    """``--out``, ``--prompts`` (held-out prompts per set) and ``--max-new``, shared by the prompt-lookup labs."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--prompts", type=int, default=40)
+    ap.add_argument("--max-new", type=int, default=64)
+    return ap.parse_args()
+
+
+def greedy_outputs(model, tok, budgets: dict[str, int], n_prompts: int) -> dict[str, tuple[list, list]]:
+    """``{kind: (prompts, greedy outputs)}``: the first ``n_prompts`` held-out prompts of each kind decoded
+    greedily (``StaticEngine``, up to EOS or the kind's budget of new tokens)."""
+    out = {}
+    for kind, max_new in budgets.items():
+        prompts = load_prompts(tok, kind, n_prompts)
+        refs, _ = greedy_references(model, prompts, max_new, max_len=max(map(len, prompts)) + max_new + 8)
+        out[kind] = (prompts, refs)
+    return out
 
 
 def engine_counts(model, prompts, refs, max_new: int) -> dict:
@@ -80,16 +103,12 @@ def engine_counts(model, prompts, refs, max_new: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--prompts", type=int, default=40)
-    ap.add_argument("--max-new", type=int, default=64)
-    a = ap.parse_args()
+    a = lab_arguments(__doc__)
     model, tok = models.load("tiny-gpu", dtype=torch.float32, device="cpu")
     sets = {}
-    for kind, max_new in (("copy", a.max_new), ("copy_long", 4 * a.max_new)):
-        prompts = load_prompts(tok, kind, a.prompts)
-        refs, _ = greedy_references(model, prompts, max_new, max_len=max(map(len, prompts)) + max_new + 8)
+    budgets = {"copy": a.max_new, "copy_long": 4 * a.max_new}
+    for kind, (prompts, refs) in greedy_outputs(model, tok, budgets, a.prompts).items():
+        max_new = budgets[kind]
         lens = [len(r) for r in refs]
         rows = {f"k{k}/ngram{mx}-{mn}": replay(prompts, refs, k, mx, mn)
                 for k in (1, 2, 4, 8, 16) for mx, mn in ((3, 1), (4, 2), (1, 1))}

@@ -15,14 +15,12 @@ The oracles read the output ahead, so no drafter reaches them; they bound what c
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
-from pld_ceiling_lab import replay
+from pld_ceiling_lab import greedy_outputs, lab_arguments, replay
 from t4lib import models, results
-from t4lib.speculative.bench import greedy_references, load_prompts
 
 
 def _agree(draft: list[int], out: list[int]) -> int:
@@ -32,46 +30,36 @@ def _agree(draft: list[int], out: list[int]) -> int:
     return n
 
 
-def oracle_replay(prompts, refs, k: int, max_ngram: int | None) -> float:
-    """Tokens per forward when each step's draft is the best copy: among the occurrences of the longest matched
-    n-gram (``max_ngram``), or among all spans of the context (``None``)."""
-    forwards = tokens = 0
-    for p, r in zip(prompts, refs):
-        ctx, i = list(p) + r[:1], 1
-        while i < len(r):
-            ahead, L = r[i:i + k], len(ctx)
-            if max_ngram is None:
-                starts = range(L)
-            else:
-                starts = []
-                for n in range(min(max_ngram, L - 1), 0, -1):
-                    starts = [s + n for s in range(L - n) if ctx[s:s + n] == ctx[L - n:]]
-                    if starts:
-                        break
-            best = max((_agree(ctx[s:s + k], ahead) for s in starts), default=0)
-            step = min(best + 1, len(r) - i)
-            ctx += r[i:i + step]
-            i, forwards, tokens = i + step, forwards + 1, tokens + step
-    return tokens / forwards
+def best_copy(max_ngram: int | None):
+    """An oracle drafter for :func:`replay`: the copy the output continues furthest, among the occurrences of the
+    longest matched n-gram (up to ``max_ngram`` tokens) or, with ``None``, among all spans of the context."""
+    def propose(ctx: list[int], ahead: list[int]) -> list[int]:
+        L = len(ctx)
+        starts = range(L)
+        if max_ngram is not None:
+            starts = []
+            for n in range(min(max_ngram, L - 1), 0, -1):
+                starts = [s + n for s in range(L - n) if ctx[s:s + n] == ctx[L - n:]]
+                if starts:
+                    break
+        return max((ctx[s:s + len(ahead)] for s in starts), key=lambda d: _agree(d, ahead), default=[])
+    return propose
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--prompts", type=int, default=40)
-    ap.add_argument("--max-new", type=int, default=64)
-    a = ap.parse_args()
+    a = lab_arguments(__doc__)
     model, tok = models.load("tiny-gpu", dtype=torch.float32, device="cpu")
+    budgets = {"copy": a.max_new, "copy_long": 4 * a.max_new}
     sets = {}
-    for kind, max_new in (("copy", a.max_new), ("copy_long", 4 * a.max_new)):
-        prompts = load_prompts(tok, kind, a.prompts)
-        refs, _ = greedy_references(model, prompts, max_new, max_len=max(map(len, prompts)) + max_new + 8)
-        sets[kind] = {"prompts": len(prompts), "max_new": max_new,
+    for kind, (prompts, refs) in greedy_outputs(model, tok, budgets, a.prompts).items():
+        def tpf(k, propose=None):
+            return replay(prompts, refs, k, propose=propose)["tokens_per_forward"]
+        sets[kind] = {"prompts": len(prompts), "max_new": budgets[kind],
                       "output_tokens_mean": sum(map(len, refs)) / len(refs),
-                      "tokens_per_forward": {f"k{k}": {
-                          "prompt_lookup": replay(prompts, refs, k, 3, 1)["tokens_per_forward"],
-                          "oracle_occurrence": oracle_replay(prompts, refs, k, 3),
-                          "oracle_any_span": oracle_replay(prompts, refs, k, None)} for k in (8, 16)}}
+                      "tokens_per_forward": {f"k{k}": {"prompt_lookup": tpf(k),
+                                                       "oracle_occurrence": tpf(k, propose=best_copy(3)),
+                                                       "oracle_any_span": tpf(k, propose=best_copy(None))}
+                                             for k in (8, 16)}}
         print(kind, json.dumps(sets[kind]["tokens_per_forward"]), flush=True)
     rec = results.lab_record(f"python tools/pld_oracle_lab.py --out {a.out} --prompts {a.prompts} "
                              f"--max-new {a.max_new}")

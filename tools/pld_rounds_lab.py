@@ -13,34 +13,27 @@ chooses, not a measurement of speed.
 """
 from __future__ import annotations
 
-import argparse
 import json
 
 import torch
 
+from pld_ceiling_lab import greedy_outputs, lab_arguments
 from t4lib import models, results
 from t4lib.speculative import PromptLookupDrafter, SpeculativeEngine
-from t4lib.speculative.bench import greedy_references, load_prompts
 
 VARIANTS = {"adaptive, round_margin 0.2": dict(round_margin=0.2), "adaptive, round_margin 0.1": dict(round_margin=0.1),
             "adaptive, round_margin 0 (the default)": dict(round_margin=0.0), "k = 8 always": dict(adaptive=False)}
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--prompts", type=int, default=40)
-    ap.add_argument("--max-new", type=int, default=64)
-    a = ap.parse_args()
+    a = lab_arguments(__doc__)
     torch.set_num_threads(1)
     ms = json.loads((results.results_dir() / "nvidia-h200" / "speculative.json").read_text())
     ms = {int(k): v for k, v in ms["details"]["round_graph_ms"]["1"].items()}   # k -> ms of one round, batch 1
     model, tok = models.load("tiny-gpu", dtype=torch.float32, device="cpu")
     sets = {}
-    for kind in ("copy", "open"):
-        prompts = load_prompts(tok, kind, a.prompts)
+    for kind, (prompts, refs) in greedy_outputs(model, tok, {"copy": a.max_new, "open": a.max_new}, a.prompts).items():
         max_len = max(map(len, prompts)) + a.max_new + 8
-        refs, _ = greedy_references(model, prompts, a.max_new, max_len=max_len)
         plain_ms = sum(len(r) - 1 for r in refs) * ms[0]
         rows = {}
         for name, kw in VARIANTS.items():
