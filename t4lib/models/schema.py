@@ -168,8 +168,13 @@ def parse_trace(text: str) -> dict:
     return out
 
 
+class FalseStepError(ValueError):
+    """A well-formed step ``<arithmetic> = <number>`` whose two sides differ."""
+
+
 def check_identity(line: str, where: str):
-    """The value of a step ``<arithmetic> = <number>``; ValueError naming the line when it is malformed or false."""
+    """The value of a step ``<arithmetic> = <number>``; ValueError naming the line when it is malformed,
+    :class:`FalseStepError` when it is false."""
     import sympy
     if line.count("=") != 1:
         raise ValueError(f"trace: {where} line {line!r} must have exactly one '='")
@@ -179,7 +184,7 @@ def check_identity(line: str, where: str):
     lv = sympy.sympify(lhs, rational=True)
     rv = sympy.sympify(rhs, rational=True)
     if sympy.simplify(lv - rv) != 0:
-        raise ValueError(f"trace: {where} line {line!r} is false ({lhs} = {lv})")
+        raise FalseStepError(f"trace: {where} line {line!r} is false ({lhs} = {lv})")
     return sympy.Rational(rv)
 
 

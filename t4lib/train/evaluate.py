@@ -230,8 +230,10 @@ def failure_kind(question: str, output: str) -> str:
             continue
         try:
             schema.check_identity(line, "compute")
-        except ValueError as e:
-            return "arithmetic" if "is false" in str(e) else "unchecked"
+        except schema.FalseStepError:
+            return "arithmetic"
+        except ValueError:
+            return "unchecked"
     return "plan"
 
 
