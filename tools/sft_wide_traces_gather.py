@@ -36,7 +36,7 @@ def spread(runs: list[dict]) -> dict:
 
 
 def main(src: str, out: str, mode: str = "") -> None:
-    runs, failures = [], {}
+    runs, kept_rows = [], {}
     heldout = ev.load_eval_records("math_heldout", max_steps=2)
     for p in sorted(Path(src).glob("*_s[0-9].json")):
         r = json.loads(p.read_text())
@@ -51,18 +51,16 @@ def main(src: str, out: str, mode: str = "") -> None:
                          grounded_pass=h["overall"]["grounded"]["rate"], grounded_ci95=h["overall"]["grounded"]["ci95"],
                          grounded_pass_two_step=h["two_step"]["grounded"]["rate"], n_heldout_1_2=h["overall"]["n"],
                          by_structure={s: round(v["grounded"]["rate"], 4) for s, v in h["by_structure"].items()}))
-        if "rows" in h:
-            mine = failures.setdefault(runs[-1]["recipe"], {})
-            for s, kinds in ev.failure_counts(heldout, h["rows"]).items():
-                for k, n in kinds.items():
-                    mine.setdefault(s, dict.fromkeys(ev.FAILURE_KINDS, 0))[k] += n
+        if "rows" in h:   # kept outputs: counted over every seed of the recipe
+            kept_rows.setdefault(runs[-1]["recipe"], []).extend(h["rows"])
     wide = [r for r in runs if r["traces"] == "traces_wide.jsonl"]
     summary = spread(wide)
     by_recipe = {}
     for r in runs:
         by_recipe.setdefault(r["recipe"], []).append(r)
-    recipes = {name: dict(seeds=len(rs), **spread(rs), **({"failures": failures[name]} if name in failures else {}))
-               for name, rs in sorted(by_recipe.items())}
+    recipes = {name: dict(seeds=len(rs), **spread(rs)) for name, rs in sorted(by_recipe.items())}
+    for name, rows in kept_rows.items():
+        recipes[name]["failures"] = ev.failure_counts(heldout, rows)
     rec = results.lab_record(f"bash tools/sft_wide_traces_lab.sh {mode}".strip())
     rec.update(device=f"{hw.device_info()['name']} (one thread per run)",
                what=WHAT[mode] + "; greedy tag-format answers to the 696 1-2 step held-out problems (held-out "
