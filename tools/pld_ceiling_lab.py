@@ -48,12 +48,15 @@ def replay(prompts, refs, k: int, max_ngram: int = 3, min_ngram: int = 1, propos
             "forwards": forwards, "tokens": tokens}
 
 
-def lab_arguments(doc: str) -> argparse.Namespace:
-    """``--out``, ``--prompts`` (held-out prompts per set) and ``--max-new``, shared by the prompt-lookup labs."""
+def lab_arguments(doc: str, candidates: int | None = None) -> argparse.Namespace:
+    """``--out``, ``--prompts`` (held-out prompts per set) and ``--max-new``, shared by the prompt-lookup labs;
+    ``--candidates`` (drafts verified at once) when a default is given."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--prompts", type=int, default=40)
     ap.add_argument("--max-new", type=int, default=64)
+    if candidates is not None:
+        ap.add_argument("--candidates", type=int, default=candidates)
     return ap.parse_args()
 
 

@@ -9,9 +9,16 @@ up to k tokens taken from the context (prompt and output so far) three ways, cou
 - ``oracle_occurrence``: the same longest n-gram, but whichever of its occurrences the output continues furthest
   (a drafter that always picked the right occurrence);
 - ``oracle_any_span``: whichever span of the context the output continues furthest, matched or not (the most any
-  drafter that copies from the context could carry).
+  drafter that copies from the context could carry);
+- ``tree_ngram``: up to ``--candidates`` distinct copies, those after every occurrence of the matched n-grams
+  (3 tokens down to 1, latest first), all verified at once, as a tree verify would (one target forward over all
+  candidates, keeping the longest that holds);
+- ``tree_resume``: the first 4 of those plus resume points: for each of the last 8 context positions, the copy
+  that continues where the n-gram ending there was copied from, skipping 0..11 tokens (an edit replaced some
+  tokens and the output goes back to copying), up to ``--candidates`` in all.
 
 The oracles read the output ahead, so no drafter reaches them; they bound what choosing among copies can add.
+The tree drafters read nothing ahead: only which candidate the target keeps, which a tree verify reports.
 """
 from __future__ import annotations
 
@@ -46,8 +53,54 @@ def best_copy(max_ngram: int | None):
     return propose
 
 
+def _ngram_copies(ctx: list[int], k: int, limit: int, seen: set, out: list, max_ngram: int = 3) -> None:
+    """Append to ``out`` the distinct k-token copies after each occurrence of ctx's last n tokens, n = max_ngram
+    down to 1, latest occurrence first, until ``out`` holds ``limit``."""
+    L = len(ctx)
+    for n in range(min(max_ngram, L - 1), 0, -1):
+        for s in range(L - n - 1, -1, -1):
+            if len(out) >= limit:
+                return
+            if ctx[s:s + n] == ctx[L - n:]:
+                d = tuple(ctx[s + n:s + n + k])
+                if d and d not in seen:
+                    seen.add(d)
+                    out.append(list(d))
+
+
+def _resume_copies(ctx: list[int], k: int, limit: int, seen: set, out: list, back: int = 8, skip: int = 12) -> None:
+    """Append copies that resume copying after an edit: for the context cut j = 2..back + 1 tokens short, where
+    its last 3 (else 2) tokens were copied from, then 0..skip - 1 tokens further on."""
+    L = len(ctx)
+    for j in range(2, back + 2):
+        e = L - j
+        src = next((s + n for n in (3, 2) if e >= n for s in range(e - n - 1, -1, -1)
+                    if ctx[s:s + n] == ctx[e - n:e]), None)
+        if src is None:
+            continue
+        for d in range(skip):
+            c = tuple(ctx[src + d:src + d + k])
+            if c and c not in seen:
+                seen.add(c)
+                out.append(list(c))
+        if len(out) >= limit:
+            return
+
+
+def tree(limit: int, resume: bool):
+    """A candidate-tree drafter for :func:`replay`: the candidate (of at most ``limit``) the output continues
+    furthest, which is what verifying all of them in one forward keeps."""
+    def propose(ctx: list[int], ahead: list[int]) -> list[int]:
+        cands, seen = [], set()
+        _ngram_copies(ctx, len(ahead), 4 if resume else limit, seen, cands)
+        if resume:
+            _resume_copies(ctx, len(ahead), limit, seen, cands)
+        return max(cands[:limit], key=lambda d: _agree(d, ahead), default=[])
+    return propose
+
+
 def main() -> None:
-    a = lab_arguments(__doc__)
+    a = lab_arguments(__doc__, candidates=16)
     model, tok = models.load("tiny-gpu", dtype=torch.float32, device="cpu")
     budgets = {"copy": a.max_new, "copy_long": 4 * a.max_new}
     sets = {}
@@ -58,12 +111,14 @@ def main() -> None:
                       "output_tokens_mean": sum(map(len, refs)) / len(refs),
                       "tokens_per_forward": {f"k{k}": {"prompt_lookup": tpf(k),
                                                        "oracle_occurrence": tpf(k, propose=best_copy(3)),
-                                                       "oracle_any_span": tpf(k, propose=best_copy(None))}
+                                                       "oracle_any_span": tpf(k, propose=best_copy(None)),
+                                                       "tree_ngram": tpf(k, propose=tree(a.candidates, False)),
+                                                       "tree_resume": tpf(k, propose=tree(a.candidates, True))}
                                              for k in (8, 16)}}
         print(kind, json.dumps(sets[kind]["tokens_per_forward"]), flush=True)
     rec = results.lab_record(f"python tools/pld_oracle_lab.py --out {a.out} --prompts {a.prompts} "
-                             f"--max-new {a.max_new}")
-    rec.update(device="cpu", note=__doc__.split("\n\n", 2)[2].strip(), sets=sets)
+                             f"--max-new {a.max_new} --candidates {a.candidates}")
+    rec.update(device="cpu", note=__doc__.split("\n\n", 2)[2].strip(), candidates=a.candidates, sets=sets)
     with open(a.out, "w") as f:
         json.dump(rec, f, indent=1)
     print("wrote", a.out)
