@@ -1,6 +1,6 @@
 """Device rounds of the speculative engine (drafting, acceptance and bookkeeping as tensor operations, one CUDA
 graph per k on a GPU), on CPU with tiny-cpu in fp32: the tensor prompt lookup against the host one, the tokens
-against plain greedy at batch 1 and 4 for every k, queued chunks, EOS inside accepted drafts, budgets, rows
+against plain greedy at batch 1 and 4 for every k (batch 4 also on the host loop), queued chunks, EOS inside accepted drafts, budgets, rows
 finishing apart, the emulated graph path, the counters, bad input."""
 import random
 
@@ -72,6 +72,18 @@ def test_rounds_batch4_ragged_equals_greedy(tiny_cpu, adaptive, rounds, queued):
     assert len({len(p) for p in prompts[:4]}) > 1
     assert r.new_tokens == refs[:4] and r.lengths == [len(x) for x in refs[:4]]
     assert sum(eng.plain_chunk if k == 0 else rounds for k in r.stats.k_trace) == r.stats.target_forwards
+
+
+@pytest.mark.parametrize("device_rounds", [True, False])
+@pytest.mark.parametrize("k", range(1, 9))
+def test_batch4_equals_greedy_every_k(tiny_cpu, k, device_rounds):
+    """Batch 4, ragged prompts, a fixed k from 1 to 8, on device rounds and on the host loop: rows accept
+    different numbers of drafts per verify, and every row's tokens are its plain greedy tokens."""
+    model, _, prompts, refs = tiny_cpu
+    eng = spec(model, ks=(k,), adaptive=False, max_batch_size=4, device_rounds=device_rounds)
+    r = eng.generate(prompts[:4], MAX_NEW, eos_token_id=EOS)
+    assert r.new_tokens == refs[:4] and r.lengths == [len(x) for x in refs[:4]]
+    assert r.stats.drafted > 0 and r.stats.accepted > 0
 
 
 def test_rounds_tokens_equal_host_loop(tiny_cpu):
