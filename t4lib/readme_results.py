@@ -34,13 +34,16 @@ DATA = Path(__file__).resolve().parent.parent / "data"
 
 
 def _record(path: Path, file: str, key_path: str):
-    """The value at ``key_path`` (``a.b.c``; a trailing ``#``: the length of the list there)."""
+    """The value at ``key_path`` (``a.b.c``; a trailing ``#``: the length of the list there). A key may hold
+    dots itself (a file name such as ``tests/test_x.py``): each step takes the longest run of parts that is a key."""
     count = key_path.endswith("#")
     v = json.loads(path.read_text())
-    for key in key_path.rstrip("#").split("."):
-        if not isinstance(v, dict) or key not in v:
-            raise KeyError(f"{file} holds no {key_path!r} (no key {key!r}; named in {TEMPLATE.name})")
-        v = v[key]
+    parts, i = key_path.rstrip("#").split("."), 0
+    while i < len(parts):
+        j = next((j for j in range(len(parts), i, -1) if isinstance(v, dict) and ".".join(parts[i:j]) in v), None)
+        if j is None:
+            raise KeyError(f"{file} holds no {key_path!r} (no key {parts[i]!r}; named in {TEMPLATE.name})")
+        v, i = v[".".join(parts[i:j])], j
     return len(v) if count else v
 
 

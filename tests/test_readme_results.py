@@ -45,6 +45,13 @@ def test_records_are_read_by_key_path(tmp_path):
     assert got == "12 passed, 3 files, abcdef"
     with pytest.raises(KeyError, match="no key 'failed'"):
         R.render("{{verification/dev.json|gpu_tests.counts.failed|d}}", tmp_path)
+    # a key holding dots (a test file's name) is found whole
+    (tmp_path / "verification" / "san.json").write_text(json.dumps(
+        {"files": {"tests/test_x.py": {"errors": 4}, "tests/test_x": {"errors": 9}}}))
+    assert R.render("{{verification/san.json|files.tests/test_x.py.errors|d}}", tmp_path) == "4"
+    assert R.render("{{verification/san.json|files.tests/test_x.errors|d}}", tmp_path) == "9"
+    with pytest.raises(KeyError, match="no key 'tests/test_y'"):
+        R.render("{{verification/san.json|files.tests/test_y.py.errors|d}}", tmp_path)
     rec = json.loads((R.DATA / "models" / "tiny-cpu" / "training_record.json").read_text())
     assert R.render("{{data:models/tiny-cpu/training_record.json|n_params|d}}") == str(rec["n_params"])
     with pytest.raises(KeyError, match="does not exist"):

@@ -231,7 +231,13 @@ def test_lab_record_schema_and_source(path):
     (a lab whose source is gone is removed)."""
     doc = json.loads(path.read_text())
     results.validate_lab(doc, str(path))
-    script = doc["command"].split()[1]
+    words = doc["command"].split()
+    if words[1] == "-m":   # python -m package.module: the module's file
+        mod = ROOT.parent / words[2].replace(".", "/")
+        script = next((str(p.relative_to(ROOT.parent)) for p in (mod.with_suffix(".py"), mod / "__main__.py")
+                       if p.is_file()), words[2])
+    else:
+        script = words[1]
     assert (ROOT.parent / script).is_file(), f"{path.name}: its lab {script} is gone; remove the record"
 
 

@@ -7,16 +7,20 @@ tensor cores, AdamW in the GEMM's epilogue): the weight gradient never exists in
 ``master.grad`` stays ``None``, so an ordinary optimizer over ``model.parameters()`` skips it.
 The bias, when present, is an ordinary fp32 parameter with a ``.grad`` for that optimizer.
 
-What a fused update cannot do, and what happens instead (never silently):
+What a fused update cannot do, and what happens instead (an error where the layer can see it; where it
+cannot, the limit is stated here and the fallback is ``fused=False``):
 
 * Gradient accumulation over micro-batches, weight reuse within one step, or activation
   checkpointing (forward run twice): the update happens at the first backward, so a second
   forward before that backward raises ``RuntimeError``. Use ``fused=False``.
 * Global-norm gradient clipping needs every gradient before any update: ``clip`` is not an
-  argument of the fused path. Use ``fused=False``.
+  argument of the fused path, and ``step()`` / ``grad_norm_sq()`` raise on it. An external
+  ``clip_grad_norm_(model.parameters())`` cannot be seen: it skips ``master`` (no ``.grad``) and
+  clips the other parameters only. Use ``fused=False``.
 
 * fp16 loss scaling (``torch.amp.GradScaler``, the Trainer's ``fp16=True``): the update would
-  see the scaled gradient before any inf/NaN check or unscaling. Use fp16 without loss scaling,
+  see the scaled gradient before any inf/NaN check or unscaling. The layer cannot see a scaler, so
+  this is not detected. Use fp16 without loss scaling,
   or ``fused=False`` and ``step(grad_scale=1 / scale)`` after checking ``grad_buffer``.
   Inputs are fp16, or cast to fp16 under fp16 autocast (as autocast casts F.linear's input).
 
