@@ -38,7 +38,7 @@ from torch import nn
 
 from ..ops import fused_adamw as ops
 
-__all__ = ["FusedAdamWLinear", "replace_linears"]
+__all__ = ["FusedAdamWLinear", "replace_linears", "restore_linears"]
 
 
 class _FusedLinearFn(torch.autograd.Function):
@@ -185,6 +185,25 @@ def replace_linears(model: nn.Module, names=None, **kw) -> list[str]:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, FusedAdamWLinear.from_linear(lin, **kw))
+    return [n for n, _ in targets]
+
+
+def restore_linears(model: nn.Module) -> list[str]:
+    """The inverse of :func:`replace_linears`: every :class:`FusedAdamWLinear` becomes an ``nn.Linear`` holding its
+    fp32 master weight (and bias), for evaluation, generation and ``save_pretrained``; returns the restored names.
+    The optimizer state (moments, step count) is dropped."""
+    targets = [(n, m) for n, m in model.named_modules() if isinstance(m, FusedAdamWLinear)]
+    for name, layer in targets:
+        if layer.fused and layer._pending:
+            raise RuntimeError(f"{name}: a forward is waiting for its backward (and its weight update); run it first")
+        lin = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
+                        device=layer.master.device, dtype=torch.float32)
+        with torch.no_grad():
+            lin.weight.copy_(layer.master)
+            if layer.bias is not None:
+                lin.bias.copy_(layer.bias)
+        parent_name, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent_name) if parent_name else model, child, lin)
     return [n for n, _ in targets]
 
 

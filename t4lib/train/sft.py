@@ -28,6 +28,10 @@ warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is depre
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BASES = ("fp16", "w4a16", "fp32")
 METHODS = ("lora", "full")
+# "adamw": the Trainer's own optimizer (fp16 autocast with loss scaling on CUDA, clipping at max_grad_norm).
+# "fused_linear" (method "full"): the decoder projections become t4lib.train.FusedAdamWLinear, which take their
+# AdamW step inside backward (t4lib.ops.fused_adamw); the Trainer's optimizer keeps the other parameters.
+OPTIMIZERS = ("adamw", "fused_linear")
 
 
 def load_base(model_id: str, base: str = "fp16", device=None):
@@ -90,17 +94,32 @@ class SFTSettings:
     r: int = 16
     alpha: int = 32
     targets: tuple = PROJECTIONS
+    optimizer: str = "adamw"      # see OPTIMIZERS
     extra: dict = field(default_factory=dict)   # more SFTConfig keyword arguments
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.optimizer == "fused_linear":
+            if self.method != "full":
+                raise ValueError(f"optimizer='fused_linear' updates full weights: it needs method='full', "
+                                 f"got method={self.method!r}")
+            # The fused layers update inside backward: no micro-batches to accumulate, no global norm to clip.
+            if self.extra.get("gradient_accumulation_steps", 1) != 1:
+                raise ValueError("optimizer='fused_linear' cannot accumulate gradients: gradient_accumulation_steps "
+                                 f"must be 1, got {self.extra['gradient_accumulation_steps']!r}")
+            if self.extra.get("max_grad_norm"):
+                raise ValueError("optimizer='fused_linear' cannot clip by global norm (the fused layers never hold "
+                                 f"their gradient): leave max_grad_norm unset, got {self.extra['max_grad_norm']!r}")
 
 
 def sft_config(s: SFTSettings, output_dir: str, device_type: str):
     from trl import SFTConfig
 
     cuda = device_type == "cuda"
+    fused = s.optimizer == "fused_linear"
     # transformers 5.x renames gradient_checkpointing (TRL turns it on by default); the old name warns there
     names = {f.name for f in fields(SFTConfig)}
     no_ckpt = {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
@@ -110,7 +129,9 @@ def sft_config(s: SFTSettings, output_dir: str, device_type: str):
         warmup_steps=float(s.warmup_ratio),  # a float in [0, 1): a ratio of the steps
         weight_decay=s.weight_decay, max_length=s.max_length,
         completion_only_loss=True, packing=False, **no_ckpt,
-        fp16=cuda, bf16=False, use_cpu=not cuda,   # fp16 autocast: what a T4 has
+        # fp16 autocast (what a T4 has) with the Trainer's loss scaling; the fused layers would see a scaled
+        # gradient, so with them train() supplies the autocast and nothing scales or clips
+        fp16=cuda and not fused, bf16=False, use_cpu=not cuda, **({"max_grad_norm": 0.0} if fused and "max_grad_norm" not in s.extra else {}),
         logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=s.seed,
         data_seed=s.seed, dataloader_num_workers=0, **s.extra)
 
@@ -134,6 +155,9 @@ def prepare(model, s: SFTSettings, tokenizer=None):
                              "(use method='lora')")
         for p in model.parameters():
             p.requires_grad_(True)
+        if s.optimizer == "fused_linear":
+            from .fused_adamw import replace_linears
+            replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay)
         return model
     from peft import get_peft_model
     return get_peft_model(model, lora_config(model, r=s.r, alpha=s.alpha, targets=tuple(s.targets)))
@@ -151,7 +175,28 @@ def make_trainer(model, tokenizer, dataset, s: SFTSettings, output_dir: str):
     torch.manual_seed(s.seed)
     keep = [c for c in dataset.column_names if c in ("prompt", "completion")]
     return SFTTrainer(model=model, args=sft_config(s, output_dir, dev),
-                      train_dataset=dataset.select_columns(keep), processing_class=tokenizer)
+                      train_dataset=dataset.select_columns(keep), processing_class=tokenizer,
+                      callbacks=[_fused_layers_follow_schedule()] if s.optimizer == "fused_linear" else None)
+
+
+def _fused_layers_follow_schedule():
+    """A callback that, before each step, gives every FusedAdamWLinear the learning rate the Trainer's optimizer
+    takes in that step (the fused update runs inside backward, before the scheduler moves on). A rate of exactly
+    0 (the first warm-up step) is given as the smallest positive fp32: the moments advance as torch.optim.AdamW's
+    would and a weight moves by at most that much."""
+    import torch
+    from transformers import TrainerCallback
+
+    from .fused_adamw import FusedAdamWLinear
+
+    class FusedLayersFollowSchedule(TrainerCallback):
+        def on_step_begin(self, args, state, control, model=None, lr_scheduler=None, **kw):
+            lr = max(float(lr_scheduler.get_last_lr()[0]), float(torch.finfo(torch.float32).tiny))
+            for m in model.modules():
+                if isinstance(m, FusedAdamWLinear):
+                    m.lr = lr
+
+    return FusedLayersFollowSchedule()
 
 
 def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResult:
@@ -162,8 +207,15 @@ def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResu
     model = prepare(model, s, tokenizer)
     trainer = make_trainer(model, tokenizer, dataset, s, output_dir)
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    fused = s.optimizer == "fused_linear"
+    if fused:  # fp16 autocast without the Trainer's loss scaling (see sft_config); removed after training
+        model.forward = torch.autocast(next(model.parameters()).device.type, dtype=torch.float16)(model.forward)
     t0 = time.perf_counter()
-    trainer.train()
+    try:
+        trainer.train()
+    finally:
+        if fused:
+            del model.forward
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
@@ -171,6 +223,9 @@ def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResu
     # The Trainer wrapped forward in fp16 autocast (CUDA): without the wrapper, generation after
     # training runs in the model's own dtype, as the static cache it allocates expects.
     model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
+    if fused:  # back to nn.Linear (the fp32 master weights) for evaluation, generation and saving
+        from .fused_adamw import restore_linears
+        restore_linears(model)
     model.eval()
     return SFTResult(model=model, trainer=trainer, losses=losses, train_seconds=dt, trainable_params=n_train,
                      settings={k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(s).items()})
@@ -316,12 +371,15 @@ def main(argv=None):
                     help="NEFTune noise alpha (uniform noise on the input embeddings while training; TRL's "
                          "neftune_noise_alpha)")
     ap.add_argument("--keep-outputs", action="store_true", help="record every after-SFT output and verdict")
+    ap.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
+                    help="fused_linear (with --method full): the decoder projections take their AdamW step inside "
+                         "backward (t4lib.train.FusedAdamWLinear); no loss scaling, no clipping")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if a.neftune is not None and a.neftune <= 0:
         ap.error(f"--neftune must be > 0, got {a.neftune}")
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
-                    alpha=2 * a.r, weight_decay=a.weight_decay,
+                    alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer,
                     extra={} if a.neftune is None else {"neftune_noise_alpha": a.neftune})
     sets = tuple(x for x in a.eval_sets.split(",") if x)
     if a.eval_only:
