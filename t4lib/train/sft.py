@@ -121,6 +121,7 @@ def sft_config(s: SFTSettings, output_dir: str, device_type: str):
 
     cuda = device_type == "cuda"
     fused = s.optimizer == "fused_linear"
+    no_clip = {"max_grad_norm": 0.0} if fused and "max_grad_norm" not in s.extra else {}
     # transformers 5.x renames gradient_checkpointing (TRL turns it on by default); the old name warns there
     names = {f.name for f in fields(SFTConfig)}
     no_ckpt = {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
@@ -132,7 +133,7 @@ def sft_config(s: SFTSettings, output_dir: str, device_type: str):
         completion_only_loss=True, packing=False, **no_ckpt,
         # fp16 autocast (what a T4 has) with the Trainer's loss scaling; the fused layers would see a scaled
         # gradient, so with them train() supplies the autocast and nothing scales or clips
-        fp16=cuda and not fused, bf16=False, use_cpu=not cuda, **({"max_grad_norm": 0.0} if fused and "max_grad_norm" not in s.extra else {}),
+        fp16=cuda and not fused, bf16=False, use_cpu=not cuda, **no_clip,
         logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=s.seed,
         data_seed=s.seed, dataloader_num_workers=0, **s.extra)
 
