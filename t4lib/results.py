@@ -194,10 +194,12 @@ LAB_KEYS = ("device", "commit", "command", "date")
 
 
 def lab_record(command: str) -> dict[str, Any]:
-    """The fields every lab record starts with: the device, the commit, the command, the date."""
+    """The fields every lab record starts with: the device, the commit, the command, the date, and the hash of
+    the kernel sources the ledger verifies (which kernels ran)."""
     from . import hw
 
-    return {"device": hw.device_info()["name"], "commit": git_commit()[0], "command": command, "date": now()}
+    return {"device": hw.device_info()["name"], "commit": git_commit()[0], "command": command, "date": now(),
+            "sources_sha256": current_sources_sha256()}
 
 
 def validate_lab(doc: Any, where: str = "lab record") -> None:

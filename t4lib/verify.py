@@ -97,6 +97,16 @@ def ledger_dir() -> Path:
     return results.results_dir() / "verification"
 
 
+# racecheck's report of one hazard: "Race reported between Read access at <kernel>+0x.. and Write access at .."
+_RACE = re.compile(r"Race reported between \w+ access at ([A-Za-z_]\w*)")
+
+
+def race_kernels(text: str) -> dict[str, int]:
+    """``{kernel: reports}`` of racecheck's output, by the kernel the first access of each report is in (the
+    summary counts reports, not where they are: a cuBLAS kernel's reports are not ours)."""
+    return dict(Counter(_RACE.findall(text)))
+
+
 def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeout: int = 1800) -> dict:
     cmd = [*(prefix or []), sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
            f"--junitxml={junit}", *args]
@@ -113,7 +123,7 @@ def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeo
         text, _ = proc.communicate()
         rc, text = None, f"{text or ''}\nTIMED OUT after {timeout} s"
     out = {"cmd": " ".join(cmd), "returncode": rc, "seconds": round(time.time() - t0, 1),
-           "tail": text[-4000:], "tests": {}}
+           "tail": text[-4000:], "race_kernels": race_kernels(text), "tests": {}}
     if junit.exists():
         for case in ET.parse(junit).getroot().iter("testcase"):
             nodeid = _node_id(case.get("classname"), case.get("name"))
@@ -213,12 +223,19 @@ def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shar
     return {tool: {t: _merge_shards(rs) for t, rs in per.items()} for tool, per in out.items()}
 
 
+def _sum_kernels(parts) -> dict | None:
+    """Racecheck reports by kernel summed over runs; None when some run did not record them (an older entry)."""
+    parts = list(parts)
+    return None if None in parts else dict(sum(map(Counter, parts), Counter()))
+
+
 def _merge_shards(rs: list[dict]) -> dict:
     errs = [r["errors"] for r in rs]
     rcs = [r["returncode"] for r in rs]
     merged = {"shards": len(rs), "returncode": None if None in rcs else max(rcs),
               "errors": None if None in errs else sum(errs), "tests_passed": sum(r["tests_passed"] for r in rs),
-              "seconds": max(r["seconds"] for r in rs), "tail": rs[-1]["tail"][-1500:]}
+              "seconds": max(r["seconds"] for r in rs), "tail": rs[-1]["tail"][-1500:],
+              "race_kernels": _sum_kernels(r.get("race_kernels") for r in rs)}
     merged["clean"] = merged["returncode"] == 0 and merged["errors"] == 0 and merged["tests_passed"] > 0
     return merged
 
@@ -231,7 +248,9 @@ def _summarize(files: dict) -> dict:
         out[tool] = {"clean": all(r["clean"] for r in per.values()),
                      "errors": None if None in errs else sum(errs),
                      "tests_passed": sum(r["tests_passed"] for r in per.values()),
-                     "seconds": max(r["seconds"] for r in per.values()), "files": per}
+                     "seconds": max(r["seconds"] for r in per.values()),
+                     "race_kernels": _sum_kernels(r.get("race_kernels") for r in per.values()),
+                     "files": per}
     return out
 
 

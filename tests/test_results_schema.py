@@ -278,3 +278,27 @@ def test_library_reads_no_lab_record():
                                                 or "/labs" in tok.string):
                 offenders.append(f"{p.relative_to(lib)}:{tok.start[0]}")
     assert not offenders, offenders
+
+
+def test_racecheck_reports_are_counted_by_kernel(monkeypatch):
+    """Which kernel each racecheck report is in, summed over shards and files; unknown where a run kept none."""
+    from t4lib import verify
+
+    text = ("========= Error: Race reported between Read access at nvjet_sm90_hsh_64x16+0xb00\n"
+            "=========     and Write access at nvjet_sm90_hsh_64x16+0x28c0 [384 hazards]\n"
+            "========= Error: Race reported between Write access at fused_adamw_ws_kernel+0x10\n"
+            "=========     and Read access at fused_adamw_ws_kernel+0x20 [3 hazards]\n")
+    assert verify.race_kernels(text) == {"nvjet_sm90_hsh_64x16": 1, "fused_adamw_ws_kernel": 1}
+    assert verify.race_kernels("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") == {}
+
+    def fake(args, junit, prefix=None, timeout=None):
+        return {"returncode": 86, "seconds": 1, "tail": "hazards displayed (2 errors, 0 warnings)",
+                "race_kernels": verify.race_kernels(text), "tests": {"t::x": "passed"}}
+
+    monkeypatch.setattr(verify, "_pytest", fake)
+    monkeypatch.setattr(verify, "_collect", lambda t, marker: ["t::a", "t::b"])
+    out = verify._summarize(verify._sanitize(["f", "g"], timeout=5, workers=2, shards=2, tools=("racecheck",)))
+    assert out["racecheck"]["files"]["f"]["race_kernels"] == {"nvjet_sm90_hsh_64x16": 2, "fused_adamw_ws_kernel": 2}
+    assert out["racecheck"]["race_kernels"] == {"nvjet_sm90_hsh_64x16": 4, "fused_adamw_ws_kernel": 4}
+    older = {"f": {"clean": True, "errors": 0, "tests_passed": 1, "seconds": 1}}   # an entry from before the count
+    assert verify._summarize({"racecheck": older})["racecheck"]["race_kernels"] is None

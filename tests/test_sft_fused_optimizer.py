@@ -55,7 +55,7 @@ def test_restore_refuses_a_layer_waiting_for_its_backward():
         restore_linears(model)
 
 
-def test_full_sft_with_fused_projections(tmp_path):
+def test_full_sft_with_fused_projections(tmp_path, monkeypatch):
     """Two steps of full fine-tuning on tiny-cpu: every projection and every other weight moves, the fused layers
     follow the Trainer's learning-rate schedule, and the trained model is plain nn.Linear again (it generates)."""
     from t4lib.models import corpus
@@ -76,11 +76,8 @@ def test_full_sft_with_fused_projections(tmp_path):
         seen.append(self.lr)
         return orig(self, dy, x)
 
-    FusedAdamWLinear._backward_update = spy
-    try:
-        res = sft.train(model, tok, ds, s, str(tmp_path))
-    finally:
-        FusedAdamWLinear._backward_update = orig
+    monkeypatch.setattr(FusedAdamWLinear, "_backward_update", spy)
+    res = sft.train(model, tok, ds, s, str(tmp_path))
     m = res.model
     assert not any(isinstance(x, FusedAdamWLinear) for x in m.modules())
     n_proj = sum(1 for n, x in m.named_modules() if isinstance(x, nn.Linear) and n.endswith(sft.PROJECTIONS))

@@ -27,8 +27,7 @@ import torch
 
 from t4lib import models
 from t4lib.models import corpus, schema
-from t4lib.train import grpo
-from t4lib.train.grpo import HONESTY_SETS, evaluate_honesty, greedy_answers
+from t4lib.train.grpo import HONESTY_SETS, evaluate_honesty, greedy_answers, honesty_rates as rates_of
 from data._common import ITEMS, NAMES, QUARANTINE_ITEMS, QUARANTINE_NAMES
 
 
@@ -58,7 +57,7 @@ def ordinary_entities(question: str) -> str:
 
 def honesty_rates(model, tok, recs, questions) -> dict:
     outs = greedy_answers(model, tok, [schema.math_prompt(q) for q in questions], 40, 64, engine=False)
-    return grpo.honesty_rates(outs, recs)
+    return rates_of(outs, recs)
 
 
 def readings(model, tok) -> dict:

@@ -37,6 +37,11 @@ def _agree(draft: list[int], out: list[int]) -> int:
     return n
 
 
+def _after(ctx: list[int], end: int, n: int) -> list[int]:
+    """The positions right after each earlier occurrence of ``ctx[end - n:end]``, latest first."""
+    return [s + n for s in range(end - n - 1, -1, -1) if ctx[s:s + n] == ctx[end - n:end]]
+
+
 def best_copy(max_ngram: int | None):
     """An oracle drafter for :func:`replay`: the copy the output continues furthest, among the occurrences of the
     longest matched n-gram (up to ``max_ngram`` tokens) or, with ``None``, among all spans of the context."""
@@ -44,13 +49,15 @@ def best_copy(max_ngram: int | None):
         L = len(ctx)
         starts = range(L)
         if max_ngram is not None:
-            starts = []
-            for n in range(min(max_ngram, L - 1), 0, -1):
-                starts = [s + n for s in range(L - n) if ctx[s:s + n] == ctx[L - n:]]
-                if starts:
-                    break
+            starts = next((p for p in (_after(ctx, L, n) for n in range(min(max_ngram, L - 1), 0, -1)) if p), [])
         return max((ctx[s:s + len(ahead)] for s in starts), key=lambda d: _agree(d, ahead), default=[])
     return propose
+
+
+def _add(out: list, seen: set, copy: list[int]) -> None:
+    if copy and tuple(copy) not in seen:
+        seen.add(tuple(copy))
+        out.append(copy)
 
 
 def _ngram_copies(ctx: list[int], k: int, limit: int, seen: set, out: list, max_ngram: int = 3) -> None:
@@ -58,14 +65,10 @@ def _ngram_copies(ctx: list[int], k: int, limit: int, seen: set, out: list, max_
     down to 1, latest occurrence first, until ``out`` holds ``limit``."""
     L = len(ctx)
     for n in range(min(max_ngram, L - 1), 0, -1):
-        for s in range(L - n - 1, -1, -1):
+        for p in _after(ctx, L, n):
             if len(out) >= limit:
                 return
-            if ctx[s:s + n] == ctx[L - n:]:
-                d = tuple(ctx[s + n:s + n + k])
-                if d and d not in seen:
-                    seen.add(d)
-                    out.append(list(d))
+            _add(out, seen, ctx[p:p + k])
 
 
 def _resume_copies(ctx: list[int], k: int, limit: int, seen: set, out: list, back: int = 8, skip: int = 12) -> None:
@@ -74,15 +77,11 @@ def _resume_copies(ctx: list[int], k: int, limit: int, seen: set, out: list, bac
     L = len(ctx)
     for j in range(2, back + 2):
         e = L - j
-        src = next((s + n for n in (3, 2) if e >= n for s in range(e - n - 1, -1, -1)
-                    if ctx[s:s + n] == ctx[e - n:e]), None)
+        src = next((p for n in (3, 2) if e >= n for p in _after(ctx, e, n)), None)
         if src is None:
             continue
         for d in range(skip):
-            c = tuple(ctx[src + d:src + d + k])
-            if c and c not in seen:
-                seen.add(c)
-                out.append(list(c))
+            _add(out, seen, ctx[src + d:src + d + k])
         if len(out) >= limit:
             return
 

@@ -130,7 +130,6 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 4
     return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, dev)
 
 
-@torch.no_grad()
 def honesty_rates(outputs: list[str], records: list[dict]) -> dict:
     """Honest abstention on the traps, false abstention and accuracy on their answerable twins, each with its
     counts and Wilson interval, of plain-format ``outputs`` to honesty ``records`` (``trap``, ``target``)."""
@@ -144,6 +143,7 @@ def honesty_rates(outputs: list[str], records: list[dict]) -> dict:
             "answerable_accuracy": _rate(ans.count("correct"), len(ans))}
 
 
+@torch.no_grad()
 def evaluate_honesty(model, tokenizer, n_math: int = 200, batch_size: int = 64, engine: bool | None = None,
                      honesty: str = "honesty_eval.jsonl") -> dict:
     """Greedy answers (:func:`greedy_answers`) on the 150 quarantined honesty items (or another ``honesty``
