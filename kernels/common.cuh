@@ -168,4 +168,53 @@ inline int grid_for(long long work_items, int threads, int per_thread = 1) {
   return static_cast<int>(blocks);
 }
 
+// ------------------------------------------------------------------ software warp specialization
+// Producer warps move global memory into a ring of kStages shared-memory stages with ordinary loads
+// and stores (sm_75 has no cp.async or TMA); consumer warps compute on them. Named barriers hand the
+// stages over: FULL(s) = 1 + s (producers bar.arrive after storing stage s, consumers bar.sync before
+// reading it) and EMPTY(s) = 1 + kStages + s (consumers bar.arrive when done, producers bar.sync
+// before overwriting it). Id 0 is __syncthreads; every barrier counts all kThreads of the block.
+// bar.arrive releases and bar.sync acquires the shared-memory writes before them (PTX memory model).
+namespace ws {
+
+__device__ __forceinline__ void bar_sync(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+__device__ __forceinline__ void bar_arrive(int id, int count) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// Producer loop over stages 0..n_iters-1: load(regs, it) issues stage it's global loads into
+// registers, store(regs, slot) writes them (dequantized, if it must) into ring slot `slot`. Stage
+// it + 1 is loaded before stage it waits for its slot and is stored, so each producer thread keeps
+// two stages of loads in flight: one warp-specialized thread must cover the loads that two
+// threads of a non-specialized block would.
+template <int kStages, int kThreads, class Regs, class Load, class Store>
+__device__ __forceinline__ void produce(int n_iters, Load load, Store store) {
+  Regs cur, nxt;
+  if (n_iters > 0) load(cur, 0);
+  for (int it = 0; it < n_iters; ++it) {
+    if (it + 1 < n_iters) load(nxt, it + 1);  // in flight while stage it waits and is stored
+    const int s = it % kStages;
+    if (it >= kStages) bar_sync(1 + kStages + s, kThreads);  // consumers are done with slot s
+    store(cur, s);
+    bar_arrive(1 + s, kThreads);  // slot s holds stage it
+    if (it + 1 < n_iters) cur = nxt;
+  }
+}
+
+// Consumer loop: compute(slot) on every stage in order. Only slots a producer will refill are
+// handed back, so every bar.arrive on EMPTY has its matching bar.sync.
+template <int kStages, int kThreads, class Compute>
+__device__ __forceinline__ void consume(int n_iters, Compute compute) {
+  for (int it = 0; it < n_iters; ++it) {
+    const int s = it % kStages;
+    bar_sync(1 + s, kThreads);
+    compute(s);
+    if (it + kStages < n_iters) bar_arrive(1 + kStages + s, kThreads);
+  }
+}
+
+}  // namespace ws
+
 }  // namespace t4

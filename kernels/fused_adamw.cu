@@ -274,12 +274,10 @@ __global__ void __launch_bounds__(kThreads) fused_adamw_gemm_kernel(Operand dy, 
 }
 
 // ---------------------------------------------------------------- warp-specialized variant
-// Software warp specialization without cp.async: 2 producer warps stream dY/X stages from global
-// memory into a 3-stage shared-memory ring with ordinary loads and stores; 4 consumer warps run
-// the WMMAs. Named barriers hand stages over: FULL(s) (producers bar.arrive after storing stage s,
-// consumers bar.sync before reading it) and EMPTY(s) (consumers bar.arrive after their MMAs,
-// producers bar.sync before overwriting it). Each barrier counts all 192 threads. The epilogue is
-// the plain kernel's, run by all 6 warps.
+// Software warp specialization without cp.async (t4::ws in common.cuh): 2 producer warps stream
+// dY/X stages from global memory into a 3-stage shared-memory ring with ordinary loads and stores,
+// each thread keeping two stages of loads in flight; 4 consumer warps run the WMMAs. The epilogue
+// is the plain kernel's, run by all 6 warps.
 constexpr int kWsConsumers = 128, kWsProducers = 64, kWsThreads = kWsConsumers + kWsProducers;
 constexpr int kWsStages = 3, kWsBT = 32;  // ring depth (3 x 9 KB: two CTAs fit a T4 SM's 64 KB), tokens per stage
 constexpr int kWsChunks = 2 * kWsBT * kBM / 8 / kWsProducers;  // 16-byte chunks per producer thread per stage (8)
@@ -295,14 +293,9 @@ struct WsSmem {
   };
 };
 
-__device__ __forceinline__ void named_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");  // wait until `count` threads arrived
-}
-__device__ __forceinline__ void named_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");  // signal, do not wait
-}
-__device__ __forceinline__ int bar_full(int s) { return 1 + s; }               // id 0 is __syncthreads
-__device__ __forceinline__ int bar_empty(int s) { return 1 + kWsStages + s; }
+struct WsRegs {
+  uint4 r[kWsChunks];
+};
 
 __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, Operand x, int T, int N, int K,
                                                                     Out o, AdamWArgs h) {
@@ -324,30 +317,33 @@ __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, 
 
     if (producer) {
       const int pt = threadIdx.x - kWsConsumers;
-      for (int it = 0; it < n_iters; ++it) {
-        const int s = it % kWsStages, t0 = it * kWsBT;
-        if (it >= kWsStages) named_sync(bar_empty(s), kWsThreads);  // consumers are done with stage s
-        uint4 r[kWsChunks];
-#pragma unroll
-        for (int i = 0; i < kWsChunks; ++i) {  // chunks 0..255: dY rows, 256..511: X rows
-          const int idx = pt + i * kWsProducers, half_ = idx / (kWsBT * kBM / 8), j = idx % (kWsBT * kBM / 8);
-          const int row = j / (kBM / 8), col = (j % (kBM / 8)) * 8;
-          r[i] = half_ == 0 ? load8(dy, t0 + row, T, n0 + col) : load8(x, t0 + row, T, k0 + col);
-        }
+      // Producer chunk i: 0..255 are dY rows, 256..511 X rows, of 8 halves each.
+      auto place = [&](int i, int& which, int& row, int& col) {
+        const int idx = pt + i * kWsProducers, j = idx % (kWsBT * kBM / 8);
+        which = idx / (kWsBT * kBM / 8), row = j / (kBM / 8), col = (j % (kBM / 8)) * 8;
+      };
+      auto load = [&](WsRegs& st, int it) {
 #pragma unroll
         for (int i = 0; i < kWsChunks; ++i) {
-          const int idx = pt + i * kWsProducers, half_ = idx / (kWsBT * kBM / 8), j = idx % (kWsBT * kBM / 8);
-          const int row = j / (kBM / 8), col = (j % (kBM / 8)) * 8;
-          half* dst = half_ == 0 ? &sm.ring[s].a[row][col] : &sm.ring[s].b[row][col];
-          *reinterpret_cast<uint4*>(dst) = r[i];
+          int which, row, col;
+          place(i, which, row, col);
+          const int t = it * kWsBT + row;
+          st.r[i] = which == 0 ? load8(dy, t, T, n0 + col) : load8(x, t, T, k0 + col);
         }
-        named_arrive(bar_full(s), kWsThreads);  // stage s is in shared memory
-      }
+      };
+      auto store = [&](const WsRegs& st, int s) {
+#pragma unroll
+        for (int i = 0; i < kWsChunks; ++i) {
+          int which, row, col;
+          place(i, which, row, col);
+          half* dst = which == 0 ? &sm.ring[s].a[row][col] : &sm.ring[s].b[row][col];
+          *reinterpret_cast<uint4*>(dst) = st.r[i];
+        }
+      };
+      t4::ws::produce<kWsStages, kWsThreads, WsRegs>(n_iters, load, store);
       prefetch_state<kWsProducers>(o, pt, n0, k0, N, K);  // the consumers still have stages to run
     } else {
-      for (int it = 0; it < n_iters; ++it) {
-        const int s = it % kWsStages;
-        named_sync(bar_full(s), kWsThreads);
+      t4::ws::consume<kWsStages, kWsThreads>(n_iters, [&](int s) {
 #pragma unroll
         for (int kk = 0; kk < kWsBT; kk += 16) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::col_major> a[2];
@@ -361,9 +357,7 @@ __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, 
 #pragma unroll
             for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
         }
-        // Only stages a producer will refill are handed back, so every arrival has its matching sync.
-        if (it + kWsStages < n_iters) named_arrive(bar_empty(s), kWsThreads);
-      }
+      });
     }
     __syncthreads();  // every stage consumed: the ring is dead
     if (!producer) {

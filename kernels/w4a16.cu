@@ -19,7 +19,9 @@
 //     the skew gives the same bank-conflict-free 16-byte stores and fragment
 //     loads (8 consecutive rows hit 8 disjoint 4-bank groups).
 //     Split-K (chosen from the shape and SM count only) writes fp32 partials
-//     to a workspace that a second kernel sums in split order.
+//     to a workspace that a second kernel sums in split order. A warp-specialized
+//     twin (producer warps load and dequantize, consumer warps run the WMMAs)
+//     gives the same bits with one split.
 //   * MMA GEMM (M = 1..64, batched decode): mma.sync m16n8k8 on the tensor-core
 //     layout of t4lib/ops/w4a16/layout.py, weights streamed straight from DRAM
 //     into registers (below, "small-M tensor-core GEMM").
@@ -29,7 +31,7 @@
 
 #include "gemv.cuh"
 
-// t4lib:hot gemv_kernel w4a16_gemm_kernel w4a16_mma_kernel
+// t4lib:hot gemv_kernel w4a16_gemm_kernel w4a16_gemm_ws_kernel w4a16_mma_kernel
 
 namespace {
 
@@ -286,6 +288,131 @@ __global__ void w4a16_splitk_reduce_kernel(const float* __restrict__ ws, half* _
     float s = 0.f;
     for (int k = 0; k < splits; ++k) s += ws[k * mn + i];
     y[i] = __float2half_rn(s);
+  }
+}
+
+// ---------------------------------------------------------------- warp-specialized WMMA GEMM
+// The same product through software warp specialization (t4::ws in common.cuh): 2 producer warps
+// load x and the packed weights with ordinary loads, dequantize the weights and store both into a
+// 2-stage shared-memory ring (64 k per stage), each thread keeping two stages of loads in flight;
+// 4 consumer warps (2 x 2, 32 x 32 each) run the WMMAs on a 64 x 64 output tile. No split-K. Every
+// 16 x 16 output fragment accumulates the same k16 products in the same order as
+// w4a16_gemm_kernel, so with one split the two kernels give the same bits.
+constexpr int kWsConsumers = 128, kWsProducers = 64, kWsThreads = kWsConsumers + kWsProducers;
+constexpr int kWsBM = 64, kWsBK = 64, kWsStages = 2, kWsLd = kWsBK + kSkew;  // 2 x 18 KB ring
+constexpr int kWsAChunks = kWsBM * kWsBK / 8 / kWsProducers;   // 16-byte x chunks per producer thread (8)
+constexpr int kWsBChunks = kBN * kWsBK / 32 / kWsProducers;    // 16-byte (32-value) weight chunks (2)
+
+struct WsSmem {
+  union {
+    struct {
+      half a[kWsBM][kWsLd];  // x tile      [BM, BK]
+      half b[kBN][kWsLd];    // W_deq tile  [BN, BK] (= B col-major)
+    } ring[kWsStages];
+    float c[kWsBM][kCLd];
+  };
+};
+
+struct WsRegs {
+  uint4 a[kWsAChunks];
+  uint4 b[kWsBChunks];
+  half s[kWsBChunks];
+};
+
+__global__ void __launch_bounds__(kWsThreads) w4a16_gemm_ws_kernel(const half* __restrict__ x,
+                                                                  const uint8_t* __restrict__ qw,
+                                                                  const half* __restrict__ scales,
+                                                                  half* __restrict__ y, int M, int N, int K,
+                                                                  int gshift) {
+  __shared__ __align__(128) WsSmem sm;
+  const int warp = threadIdx.x >> 5;
+  const bool producer = warp >= kWsConsumers / 32;
+  const int wm = (warp >> 1) & 1, wn = warp & 1;
+  const int tiles_m = (M + kWsBM - 1) / kWsBM, tiles_n = (N + kBN - 1) / kBN;
+  const long long n_tiles = (long long)tiles_m * tiles_n;
+  const int n_iters = (K + kWsBK - 1) / kWsBK;  // K % 32 == 0: a stage's second half may lie past K
+
+  for (long long tile = blockIdx.x; tile < n_tiles; tile += gridDim.x) {
+    const int m0 = (int)(tile % tiles_m) * kWsBM, n0 = (int)(tile / tiles_m) * kBN;  // m fastest: W reuse in L2
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+
+    if (producer) {
+      const int pt = threadIdx.x - kWsConsumers;
+      auto load = [&](WsRegs& st, int it) {
+        const int k0 = it * kWsBK;
+#pragma unroll
+        for (int i = 0; i < kWsAChunks; ++i) {
+          const int idx = pt + i * kWsProducers, row = idx / (kWsBK / 8), col = (idx % (kWsBK / 8)) * 8;
+          const int m = m0 + row, k = k0 + col;
+          st.a[i] = (m < M && k < K) ? t4::gemv::ldg16(x + (long long)m * K + k) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int i = 0; i < kWsBChunks; ++i) {
+          const int idx = pt + i * kWsProducers, row = idx / (kWsBK / 32), col = (idx % (kWsBK / 32)) * 32;
+          const int n = n0 + row, k = k0 + col;
+          const bool ok = n < N && k < K;
+          st.b[i] = ok ? t4::gemv::ldg16(qw + (long long)n * (K / 2) + k / 2) : make_uint4(0, 0, 0, 0);
+          st.s[i] = ok ? __ldg(scales + (long long)n * (K >> gshift) + (k >> gshift)) : __float2half(0.f);
+        }
+      };
+      auto store = [&](const WsRegs& st, int s) {
+#pragma unroll
+        for (int i = 0; i < kWsAChunks; ++i) {
+          const int idx = pt + i * kWsProducers, row = idx / (kWsBK / 8), col = (idx % (kWsBK / 8)) * 8;
+          *reinterpret_cast<uint4*>(&sm.ring[s].a[row][col]) = st.a[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kWsBChunks; ++i) {
+          const int idx = pt + i * kWsProducers, row = idx / (kWsBK / 32), col = (idx % (kWsBK / 32)) * 32;
+          const uint32_t* q = reinterpret_cast<const uint32_t*>(&st.b[i]);
+          const half2 s2 = __half2half2(st.s[i]);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {  // the plain kernel's dequantization: fp16(q * s)
+            half2 hv[4];
+            t4::dequant_int4x8(q[j], hv);
+#pragma unroll
+            for (int p = 0; p < 4; ++p) hv[p] = __hmul2(hv[p], s2);
+            *reinterpret_cast<uint4*>(&sm.ring[s].b[row][col + 8 * j]) =
+                make_uint4(t4::as_u32(hv[0]), t4::as_u32(hv[1]), t4::as_u32(hv[2]), t4::as_u32(hv[3]));
+          }
+        }
+      };
+      t4::ws::produce<kWsStages, kWsThreads, WsRegs>(n_iters, load, store);
+    } else {
+      t4::ws::consume<kWsStages, kWsThreads>(n_iters, [&](int s) {
+#pragma unroll
+        for (int kk = 0; kk < kWsBK; kk += 16) {
+          wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a[2];
+          wmma::fragment<wmma::matrix_b, 16, 16, 16, half, wmma::col_major> b[2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i) wmma::load_matrix_sync(a[i], &sm.ring[s].a[wm * 32 + i * 16][kk], kWsLd);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) wmma::load_matrix_sync(b[j], &sm.ring[s].b[wn * 32 + j * 16][kk], kWsLd);
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+      });
+    }
+    __syncthreads();  // every stage consumed: the ring is dead
+    if (!producer) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+          wmma::store_matrix_sync(&sm.c[wm * 32 + i * 16][wn * 32 + j * 16], acc[i][j], kCLd, wmma::mem_row_major);
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < kWsBM * kBN; i += kWsThreads) {
+      const int r = i / kBN, cidx = i % kBN, m = m0 + r, n = n0 + cidx;
+      if (m < M && n < N) y[(long long)m * N + n] = __float2half_rn(sm.c[r][cidx]);
+    }
+    __syncthreads();  // sm.c is read before the next tile's stages overwrite it
   }
 }
 
@@ -704,6 +831,22 @@ T4_API int t4_w4a16_gemm(const uint32_t* qweight, const half* scales, const half
   if (grid > cap) grid = cap;
   if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
   w4a16_splitk_reduce_kernel<<<(int)grid, 256, 0, stream>>>(ws, y, mn, splits);
+  T4_RETURN_LAUNCH_STATUS();
+}
+
+// The same as t4_w4a16_gemm with one split, through the warp-specialized kernel (the same bits).
+T4_API int t4_w4a16_gemm_ws(const uint32_t* qweight, const half* scales, const half* x, half* y, int M, int N, int K,
+                            int group_size, int max_ctas, cudaStream_t stream) {
+  if (!valid_group(group_size) || K % group_size) return static_cast<int>(cudaErrorInvalidValue);
+  if (M <= 0 || N <= 0) return 0;
+  const long long tiles = (long long)((M + kWsBM - 1) / kWsBM) * ((N + kBN - 1) / kBN);
+  int per_sm = 1;
+  cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, w4a16_gemm_ws_kernel, kWsThreads, 0);
+  long long grid = (long long)sm_count() * (per_sm > 0 ? per_sm : 1);
+  if (grid > tiles) grid = tiles;
+  if (max_ctas > 0 && grid > max_ctas) grid = max_ctas;
+  w4a16_gemm_ws_kernel<<<(int)grid, kWsThreads, 0, stream>>>(x, reinterpret_cast<const uint8_t*>(qweight), scales, y,
+                                                             M, N, K, __builtin_ctz(group_size));
   T4_RETURN_LAUNCH_STATUS();
 }
 

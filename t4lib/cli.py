@@ -132,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="keep this device's ledger entry for the current sources; re-run only the sanitizer "
                         "runs that did not finish clean")
     v.add_argument("--sanitize-families", nargs="+", metavar="FAMILY",
-                   help="with --sanitize: only these kernel families' test files (the entry records which)")
+                   help="with --sanitize: only these kernel families' test files, or named test files of a family "
+                        "(tests/test_w4a16_ws.py); the entry records which")
     v.add_argument("--no-bench", action="store_true")
     be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
     be.add_argument("names", nargs="*")

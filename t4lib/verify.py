@@ -171,13 +171,17 @@ def _collect(target: str, marker: str) -> list[str]:
 
 def _sanitizer_targets(families: list[str] | None = None) -> list[str]:
     """The kernel families' own GPU tests (tests/test_<family>*.py), small by design: every
-    family's, or those of ``families`` (ValueError naming one that is not a family)."""
+    family's, or those of ``families``. An item may also name one such test file
+    (``tests/test_w4a16_ws.py``), to sanitize part of a large family. ValueError names an item
+    that is neither a family nor one of a family's test files."""
     known = _build.families()
-    unknown = sorted(set(families or ()) - set(known))
+    own = {str(p.relative_to(REPO)) for fam in known for p in (REPO / "tests").glob(f"test_{fam}*.py")}
+    files = {f for f in families or () if f.endswith(".py")}
+    unknown = sorted(set(families or ()) - set(known) - (files & own))
     if unknown:
-        raise ValueError(f"sanitize families: {unknown} are not kernel families ({known})")
-    return sorted({str(p.relative_to(REPO)) for fam in (families or known)
-                   for p in (REPO / "tests").glob(f"test_{fam}*.py")})
+        raise ValueError(f"sanitize families: {unknown} are neither kernel families ({known}) nor their test files")
+    return sorted(files | {str(p.relative_to(REPO)) for fam in (set(families or ()) - files if families else known)
+                           for p in (REPO / "tests").glob(f"test_{fam}*.py")})
 
 
 def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shards: int = 1,

@@ -207,5 +207,10 @@ def test_sanitizer_targets_for_chosen_families():
     every = verify._sanitizer_targets()
     assert every and all(t.startswith("tests/test_") for t in every)
     assert verify._sanitizer_targets(["int3"]) == ["tests/test_int3.py"]
-    with pytest.raises(ValueError, match=r"\['nope'\] are not kernel families"):
+    with pytest.raises(ValueError, match=r"\['nope'\] are neither kernel families"):
         verify._sanitizer_targets(["int3", "nope"])
+    # one test file of a family, alone or beside a family
+    assert verify._sanitizer_targets(["tests/test_w4a16_ws.py", "int3"]) == ["tests/test_int3.py",
+                                                                            "tests/test_w4a16_ws.py"]
+    with pytest.raises(ValueError, match="test_cli.py"):
+        verify._sanitizer_targets(["tests/test_cli.py"])

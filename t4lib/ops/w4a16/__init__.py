@@ -7,7 +7,8 @@
 dequantizes in registers.
 
 ``gemm(x, w)``: any M (prefill), WMMA m16n16k16 tensor cores on weight tiles
-dequantized into shared memory, fp32 accumulation.
+dequantized into shared memory, fp32 accumulation. ``warp_specialized=True``
+runs its producer/consumer twin (the same bits; see :func:`gemm`).
 
 ``mma(x, w)``: ``M = 1..MMA_MAX_M`` (batched decode, speculative verify, small
 prefill chunks), ``mma.sync.m16n8k8`` with the weight as the 16-row operand,
@@ -53,14 +54,14 @@ GEMV_MAX_M = 8
 MMA_MAX_M = 64
 # matmul's kernel by M and shape, from the H200 run in results/nvidia-h200/w4a16_gemm.json (medians,
 # CUDA-graph replay, cold L2; shapes KxN):
-#   M = 1: the GEMV (faster than the MMA GEMM at 5 of the 6 shapes; 5120x17408: 21.4 against 23.5 us).
-#   M = 2..64: the MMA GEMM. Against the GEMV it wins from M = 2 (5120x17408: 23.7 against 30.4 us;
-#     896x4864: 3.8 against 4.0 us) except with few rows and long K: 4864x896 at M = 2 (GEMV 4.3
-#     against 5.5 us; 8960x1536 ties, 7.6 against 7.7), hence MATMUL_GEMV_M2_MAX_N. Against the WMMA
-#     GEMM it wins or ties at every shape up to M = 64 (5120x17408, M = 32: 53.0 against 65.1 us;
-#     M = 64: 95.3 against 95.0 us; 896x4864, M = 64: 8.0 against 12.5 us).
-#   M > 64: dequantize-then-cuBLAS (M = 128: 112.9 against 162.6 us for the WMMA GEMM at 5120x17408,
-#     10.2 against 17.5 us at 896x4864; M = 512: 179.7 against 556.1 us).
+#   M = 1: the GEMV (faster than the MMA GEMM at 5 of the 6 shapes; 5120x17408: 22.6 against 24.8 us).
+#   M = 2..64: the MMA GEMM. Against the GEMV it wins from M = 2 (5120x17408: 24.0 against 30.7 us;
+#     896x4864: 3.8 against 3.9 us) except with few rows and long K: 4864x896 at M = 2 (GEMV 4.3
+#     against 5.4 us; 8960x1536 ties, 7.6 against 7.7), hence MATMUL_GEMV_M2_MAX_N. Against the WMMA
+#     GEMM it wins or ties at every shape up to M = 64 (5120x17408, M = 32: 52.8 against 65.4 us;
+#     M = 64: 96.1 against 97.1 us; 896x4864, M = 64: 7.9 against 12.3 us).
+#   M > 64: dequantize-then-cuBLAS (M = 128: 114.5 against 164.7 us for the WMMA GEMM at 5120x17408,
+#     10.3 against 17.5 us at 896x4864; M = 512: 180.9 against 561.2 us).
 # Above M = 16 none of them beats cuBLAS on fp16 weights at the large shapes (which the model does not
 # hold): the MMA GEMM reads x through L1 once per 16 or 32 weight rows, and at M = 64 those reads
 # alone take as long as cuBLAS (the lab's loads_only case).
@@ -141,6 +142,22 @@ def _gemm_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, gro
 
 
 @_gemm_cuda.register_fake
+def _(x, qweight, scales, group_size, max_ctas):
+    return x.new_empty(x.shape[0], qweight.shape[0])
+
+
+@torch.library.custom_op("t4lib::w4a16_gemm_ws", mutates_args=())
+def _gemm_ws_cuda(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
+                  max_ctas: int) -> torch.Tensor:
+    x = _aligned(x)
+    _check_cuda_weight(qweight, scales)
+    out = torch.empty(x.shape[0], qweight.shape[0], dtype=torch.float16, device=x.device)
+    if x.shape[0] > 0:
+        binding.gemm_ws(x, qweight, scales, group_size, out, max_ctas)
+    return out
+
+
+@_gemm_ws_cuda.register_fake
 def _(x, qweight, scales, group_size, max_ctas):
     return x.new_empty(x.shape[0], qweight.shape[0])
 
@@ -237,11 +254,18 @@ def gemv(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, ba
     return reference.gemv(x, w)
 
 
-def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto") -> torch.Tensor:
-    """[M, K] fp16 (any M) @ W_deq[N, K]^T -> [M, N] fp16 on tensor cores (see module docstring)."""
+def gemm(x: torch.Tensor, w: QuantizedWeight, *, max_ctas: int | None = None, backend: str = "auto",
+         warp_specialized: bool = False) -> torch.Tensor:
+    """[M, K] fp16 (any M) @ W_deq[N, K]^T -> [M, N] fp16 on tensor cores (see module docstring).
+
+    ``warp_specialized=True`` runs the producer/consumer twin (producer warps load and dequantize, consumer
+    warps run the WMMAs; never split along K): the same bits as the plain kernel when that one uses one split."""
     _validate(x, w, max_ctas, gemv_range=False)
+    if not isinstance(warp_specialized, bool):
+        raise TypeError(f"warp_specialized must be a bool, got {warp_specialized!r}")
     if use_cuda(backend, binding.FAMILY, x.device):
-        return _gemm_cuda(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
+        op = _gemm_ws_cuda if warp_specialized else _gemm_cuda
+        return op(x, w.qweight, w.scales, w.group_size, max_ctas or 0)
     return reference.gemm(x, w)
 
 

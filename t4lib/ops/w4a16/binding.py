@@ -22,6 +22,8 @@ def _lib() -> ctypes.CDLL:
     lib.t4_w4a16_gemm_splits.restype = _I
     lib.t4_w4a16_gemm.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_gemm.restype = _I
+    lib.t4_w4a16_gemm_ws.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
+    lib.t4_w4a16_gemm_ws.restype = _I
     lib.t4_w4a16_quantize_x8.argtypes = [_P, _P, _P, _I, _I, _I, _P]
     lib.t4_w4a16_quantize_x8.restype = _I
     lib.t4_w4a16_gemv_x8.argtypes = [_P, _P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
@@ -80,6 +82,17 @@ def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
     st = lib.t4_w4a16_gemm(ptr(qweight), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, splits,
                            max_ctas, stream(x.device))
     _build.check_status(lib, st, "t4_w4a16_gemm")
+
+
+def gemm_ws(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int, out: torch.Tensor,
+            max_ctas: int = 0) -> None:
+    """out [M, N] = x [M, K] @ W_deq^T through the warp-specialized WMMA kernel (one split, no workspace)."""
+    lib = _lib()
+    M, K = x.shape
+    N = qweight.shape[0]
+    st = lib.t4_w4a16_gemm_ws(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
+                              stream(x.device))
+    _build.check_status(lib, st, "t4_w4a16_gemm_ws")
 
 
 @functools.lru_cache(maxsize=4096)
