@@ -18,10 +18,12 @@ cannot, the limit is stated here and the fallback is ``fused=False``):
   ``clip_grad_norm_(model.parameters())`` cannot be seen: it skips ``master`` (no ``.grad``) and
   clips the other parameters only. Use ``fused=False``.
 
-* fp16 loss scaling (``torch.amp.GradScaler``, the Trainer's ``fp16=True``): the update would
-  see the scaled gradient before any inf/NaN check or unscaling. The layer cannot see a scaler, so
-  this is not detected. Use fp16 without loss scaling,
-  or ``fused=False`` and ``step(grad_scale=1 / scale)`` after checking ``grad_buffer``.
+* Dynamic fp16 loss scaling (``torch.amp.GradScaler``, the Trainer's ``fp16=True``): the update would
+  see the scaled gradient before any inf/NaN check or unscaling, and an overflowed step cannot be
+  skipped. The layer cannot see a scaler, so this is not detected. Use a static loss scale S (a power
+  of two) with ``eps`` times S: AdamW takes the same step on gradients S g when eps is S eps (moments
+  S m and S^2 v); SFT's ``optimizer="fused_linear"`` does this and stops on an overflow. Or fp16
+  without loss scaling, or ``fused=False`` and ``step(grad_scale=1 / scale)`` after checking ``grad_buffer``.
   Inputs are fp16, or cast to fp16 under fp16 autocast (as autocast casts F.linear's input).
 
 ``fused=False`` (the documented fallback, the unfused path (a)): backward accumulates dW (fp32,
@@ -254,7 +256,7 @@ def compare_step_time(model_id: str = "tiny-gpu", *, batch: int = 16, seq: int =
       ``torch.optim.AdamW(fused=True)`` (the Trainer's ``fp16=True``);
     * ``fused``: the same model and autocast with the decoder projections replaced by
       :class:`FusedAdamWLinear` (fp32 masters, AdamW in backward, no loss scaling: the fused update
-      cannot take it); the other parameters (embeddings, norms, biases) under
+      cannot follow a GradScaler); the other parameters (embeddings, norms, biases) under
       ``torch.optim.AdamW(fused=True)``.
 
     Returns ``{"torch_amp_s", "fused_s", "speedup", "tokens", "replaced", "loss_*"}``."""

@@ -14,6 +14,7 @@ the 4-bit weight stays frozen.
 """
 from __future__ import annotations
 
+import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields
@@ -28,11 +29,18 @@ warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is depre
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 BASES = ("fp16", "w4a16", "fp32")
 METHODS = ("lora", "full")
-# "adamw": the Trainer's own optimizer (fp16 autocast with loss scaling on CUDA, clipping at max_grad_norm).
+# "adamw": the Trainer's own optimizer (fp16 autocast with its dynamic loss scaling on CUDA, clipping at
+# max_grad_norm), unless a static loss_scale is set.
 # "fused_linear" (method "full"): the decoder projections become t4lib.train.FusedAdamWLinear, which take their
-# AdamW step inside backward (t4lib.ops.fused_adamw); the Trainer's optimizer keeps the other parameters. Without
-# loss scaling it trained tiny-gpu worse than "adamw" on the H200, in less time per step (notebook 01).
+# AdamW step inside backward (t4lib.ops.fused_adamw); the Trainer's optimizer keeps the other parameters; always
+# under a static loss_scale. Without a loss scale (loss_scale=1) it trained tiny-gpu worse than "adamw" on the
+# H200, in less time per step (notebook 01).
 OPTIMIZERS = ("adamw", "fused_linear")
+# The static loss scale of fused_linear when none is given. The fused layers update inside backward, so an
+# overflowed step cannot be skipped and the scale cannot back off as the Trainer's GradScaler does (it starts at
+# 2^16): an overflow is an error (train). 2^10 moves the fp16 activation gradients ten binades away from
+# fp16's underflow (6e-8; below 6e-5 they lose precision) and keeps gradients up to 64 (65504 / 1024) finite.
+FUSED_LOSS_SCALE = 1024.0
 
 
 def load_base(model_id: str, base: str = "fp16", device=None):
@@ -96,6 +104,11 @@ class SFTSettings:
     alpha: int = 32
     targets: tuple = PROJECTIONS
     optimizer: str = "adamw"      # see OPTIMIZERS
+    # Static loss scale (a power of two): fp16 autocast without the Trainer's GradScaler and without clipping,
+    # the loss times loss_scale before backward, AdamW's eps times loss_scale (adam_eps). None: FUSED_LOSS_SCALE
+    # with fused_linear; with adamw, the Trainer's own fp16 (GradScaler, clipping). adamw with 1 runs the fused
+    # path's conditions without the fused layers (tools/sft_fused_optimizer_lab.sh).
+    loss_scale: float | None = None
     extra: dict = field(default_factory=dict)   # more SFTConfig keyword arguments
 
     def __post_init__(self):
@@ -114,14 +127,45 @@ class SFTSettings:
             if self.extra.get("max_grad_norm"):
                 raise ValueError("optimizer='fused_linear' cannot clip by global norm (the fused layers never hold "
                                  f"their gradient): leave max_grad_norm unset, got {self.extra['max_grad_norm']!r}")
+            if self.loss_scale is None:
+                self.loss_scale = FUSED_LOSS_SCALE
+        if self.loss_scale is not None:
+            if not is_power_of_two(self.loss_scale):
+                raise ValueError(f"loss_scale must be a power of two > 0 (so that scaling the loss and AdamW's eps by "
+                                 f"it is exact), got {self.loss_scale!r}")
+            self.loss_scale = float(self.loss_scale)
+            if self.method != "full":
+                raise ValueError(f"a static loss_scale trains fp32 master weights under fp16 autocast: it needs "
+                                 f"method='full', got method={self.method!r}")
+            if self.extra.get("max_grad_norm"):
+                raise ValueError("a static loss_scale runs without clipping (the Trainer would clip the scaled "
+                                 f"gradient): leave max_grad_norm unset, got {self.extra['max_grad_norm']!r}")
+
+
+def is_power_of_two(x) -> bool:
+    """``x`` is a real number 2^k (k any integer: 0.5, 1, 1024)."""
+    return (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+            and math.frexp(x)[0] == 0.5)
+
+
+def adam_eps(s: SFTSettings) -> float:
+    """AdamW's eps for the run: the Trainer's ``adam_epsilon`` (``s.extra`` or its default), times ``s.loss_scale``
+    when set, for the Trainer's optimizer and the fused layers alike. With gradients S g the moments are S m and
+    S^2 v, so the step lr m / (sqrt(v) + eps) is unchanged when eps is S eps too (exact for S a power of two;
+    weight decay is decoupled from the gradient)."""
+    from trl import SFTConfig
+
+    eps = s.extra.get("adam_epsilon", next(f.default for f in fields(SFTConfig) if f.name == "adam_epsilon"))
+    return eps * s.loss_scale if s.loss_scale is not None else eps
 
 
 def sft_config(s: SFTSettings, output_dir: str, device_type: str):
     from trl import SFTConfig
 
     cuda = device_type == "cuda"
-    fused = s.optimizer == "fused_linear"
-    no_clip = {"max_grad_norm": 0.0} if fused and "max_grad_norm" not in s.extra else {}
+    static = s.loss_scale is not None
+    no_clip = {"max_grad_norm": 0.0} if static and "max_grad_norm" not in s.extra else {}
+    extra = {**s.extra, "adam_epsilon": adam_eps(s)} if static else s.extra
     # transformers 5.x renames gradient_checkpointing (TRL turns it on by default); the old name warns there
     names = {f.name for f in fields(SFTConfig)}
     no_ckpt = {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": False}
@@ -131,11 +175,12 @@ def sft_config(s: SFTSettings, output_dir: str, device_type: str):
         warmup_steps=float(s.warmup_ratio),  # a float in [0, 1): a ratio of the steps
         weight_decay=s.weight_decay, max_length=s.max_length,
         completion_only_loss=True, packing=False, **no_ckpt,
-        # fp16 autocast (what a T4 has) with the Trainer's loss scaling; the fused layers would see a scaled
-        # gradient, so with them train() supplies the autocast and nothing scales or clips
-        fp16=cuda and not fused, bf16=False, use_cpu=not cuda, **no_clip,
+        # fp16 autocast (what a T4 has) with the Trainer's dynamic loss scaling; the fused layers would see its
+        # scaled gradient before any unscaling or skipped step, so with a static loss_scale train() supplies the
+        # autocast, the trainer (make_trainer) scales the loss, AdamW's eps is scaled alike and nothing clips
+        fp16=cuda and not static, bf16=False, use_cpu=not cuda, **no_clip,
         logging_steps=s.logging_steps, save_strategy="no", report_to="none", seed=s.seed,
-        data_seed=s.seed, dataloader_num_workers=0, **s.extra)
+        data_seed=s.seed, dataloader_num_workers=0, **extra)
 
 
 @dataclass
@@ -159,7 +204,7 @@ def prepare(model, s: SFTSettings, tokenizer=None):
             p.requires_grad_(True)
         if s.optimizer == "fused_linear":
             from .fused_adamw import replace_linears
-            replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay)
+            replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay, eps=adam_eps(s))
         return model
     from peft import get_peft_model
     return get_peft_model(model, lora_config(model, r=s.r, alpha=s.alpha, targets=tuple(s.targets)))
@@ -176,9 +221,72 @@ def make_trainer(model, tokenizer, dataset, s: SFTSettings, output_dir: str):
     dev = next(model.parameters()).device.type
     torch.manual_seed(s.seed)
     keep = [c for c in dataset.column_names if c in ("prompt", "completion")]
-    return SFTTrainer(model=model, args=sft_config(s, output_dir, dev),
-                      train_dataset=dataset.select_columns(keep), processing_class=tokenizer,
-                      callbacks=[_fused_layers_follow_schedule()] if s.optimizer == "fused_linear" else None)
+    cls = SFTTrainer if s.loss_scale is None else _static_loss_scale_trainer(s.loss_scale)
+    return cls(model=model, args=sft_config(s, output_dir, dev),
+               train_dataset=dataset.select_columns(keep), processing_class=tokenizer,
+               callbacks=[_fused_layers_follow_schedule()] if s.optimizer == "fused_linear" else None)
+
+
+def _static_loss_scale_trainer(loss_scale: float):
+    """An ``SFTTrainer`` class whose training loss is scaled by ``loss_scale`` in backward only: the loss keeps its
+    value (what the Trainer logs) and every gradient is ``loss_scale`` times the true one (the optimizers take
+    eps times it: :func:`adam_eps`); the logged ``grad_norm`` is unscaled. Each step checks that its loss is finite
+    (one host sync): an fp16 overflow in the previous backward has written inf/NaN into the weights by then, since
+    neither the fused layers nor a static scale can skip a step. :func:`train` checks the weights after the last
+    step."""
+    import torch
+    from trl import SFTTrainer
+
+    class ScaleInBackward(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, loss):
+            return loss.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * loss_scale
+
+    class StaticLossScaleSFTTrainer(SFTTrainer):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            out = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                       num_items_in_batch=num_items_in_batch)
+            loss = out[0] if return_outputs else out
+            if not (model.training and loss.requires_grad):
+                return out
+            if not torch.isfinite(loss.detach()):
+                raise _overflow_error(model, loss_scale, self.state.global_step, loss_step=True)
+            loss = ScaleInBackward.apply(loss)
+            return (loss, *out[1:]) if return_outputs else loss
+
+        def log(self, logs, *args, **kw):
+            if logs.get("grad_norm") is not None:   # the norm of the scaled gradients of the Trainer's parameters
+                logs = {**logs, "grad_norm": logs["grad_norm"] / loss_scale}
+            return super().log(logs, *args, **kw)
+
+    return StaticLossScaleSFTTrainer
+
+
+def _nonfinite_weights(model) -> list[str]:
+    import torch
+
+    return [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
+
+
+def _overflow_error(model, loss_scale: float, step: int, loss_step: bool = False) -> FloatingPointError | None:
+    """The error for a run under a static loss scale whose weights (or, ``loss_step``, whose loss of step
+    ``step + 1``) are not finite after ``step`` steps; None when everything is finite."""
+    bad = _nonfinite_weights(model)
+    if bad:
+        return FloatingPointError(
+            f"fp16 overflow under the static loss_scale={loss_scale:g}: the update of step {step} wrote inf/NaN "
+            f"into {len(bad)} weight tensors (first: {bad[0]}). A static scale does not skip an overflowed step as "
+            f"the Trainer's GradScaler does (the fused layers update inside backward): train again with a lower "
+            f"loss_scale (--loss-scale), e.g. {loss_scale / 16:g}")
+    if loss_step:
+        return FloatingPointError(
+            f"the loss of step {step + 1} is not finite while every weight is: the fp16 forward overflowed "
+            f"(loss_scale={loss_scale:g} scales backward only, so a lower loss_scale does not help here)")
+    return None
 
 
 def _fused_layers_follow_schedule():
@@ -210,17 +318,22 @@ def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResu
     trainer = make_trainer(model, tokenizer, dataset, s, output_dir)
     n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
     fused = s.optimizer == "fused_linear"
-    if fused:  # fp16 autocast without the Trainer's loss scaling (see sft_config); removed after training
+    static = s.loss_scale is not None
+    if static:  # fp16 autocast without the Trainer's GradScaler (see sft_config); removed after training
         model.forward = torch.autocast(next(model.parameters()).device.type, dtype=torch.float16)(model.forward)
     t0 = time.perf_counter()
     try:
         trainer.train()
     finally:
-        if fused:
+        if static:
             del model.forward
     if torch.cuda.is_available():
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
+    if static:  # each step checked its loss (the previous update); this checks the last update
+        err = _overflow_error(model, s.loss_scale, trainer.state.global_step)
+        if err:
+            raise err
     losses = [(h["step"], h["loss"]) for h in trainer.state.log_history if "loss" in h]
     # The Trainer wrapped forward in fp16 autocast (CUDA): without the wrapper, generation after
     # training runs in the model's own dtype, as the static cache it allocates expects.
@@ -375,14 +488,24 @@ def main(argv=None):
     ap.add_argument("--keep-outputs", action="store_true", help="record every after-SFT output and verdict")
     ap.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
                     help="fused_linear (with --method full): the decoder projections take their AdamW step inside "
-                         "backward (t4lib.train.FusedAdamWLinear); no loss scaling, no clipping. Faster per step "
-                         "but, measured on tiny-gpu, it trains worse (notebook 01)")
+                         "backward (t4lib.train.FusedAdamWLinear), under a static loss scale (--loss-scale), no "
+                         "clipping. Less time per step; measured on tiny-gpu without a loss scale it trained worse "
+                         "(notebook 01)")
+    ap.add_argument("--loss-scale", type=float, default=None,
+                    help="static loss scale, a power of two: fp16 autocast without the Trainer's GradScaler and "
+                         "without clipping, the loss times it before backward and AdamW's eps times it (the same "
+                         "steps); an fp16 overflow stops training with an error. Default: "
+                         f"{FUSED_LOSS_SCALE:g} with --optimizer fused_linear; unset with adamw keeps the Trainer's "
+                         "GradScaler and clipping at 1.0; --optimizer adamw --loss-scale 1 trains under the fused "
+                         "path's conditions without the fused layers")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if a.neftune is not None and a.neftune <= 0:
         ap.error(f"--neftune must be > 0, got {a.neftune}")
+    if a.loss_scale is not None and not is_power_of_two(a.loss_scale):
+        ap.error(f"--loss-scale must be a power of two > 0, got {a.loss_scale:g}")
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
-                    alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer,
+                    alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer, loss_scale=a.loss_scale,
                     extra={} if a.neftune is None else {"neftune_noise_alpha": a.neftune})
     sets = tuple(x for x in a.eval_sets.split(",") if x)
     if a.eval_only:
