@@ -97,14 +97,23 @@ def ledger_dir() -> Path:
     return results.results_dir() / "verification"
 
 
-# racecheck's report of one hazard: "Race reported between Read access at <kernel>+0x.. and Write access at .."
-_RACE = re.compile(r"Race reported between \w+ access at ([A-Za-z_]\w*)")
+# racecheck's report of one hazard: "Race reported between Read access at <function>+0x.. and Write access at .."
+_RACE = re.compile(r"Race reported between \w+ access at (.+?)\+0x[0-9a-fA-F]+")
+
+
+def _function_name(signature: str) -> str:
+    """``nvcuda::wmma::store_matrix_sync`` of ``void nvcuda::wmma::store_matrix_sync(float *, ...)``: no return
+    type, anonymous namespace, template arguments or parameters."""
+    s = re.sub(r"\(anonymous namespace\)::|<unnamed>::", "", signature.strip())
+    s = re.sub(r"^void\s+", "", s)
+    return re.split(r"[(<]", s, maxsplit=1)[0].strip()
 
 
 def race_kernels(text: str) -> dict[str, int]:
-    """``{kernel: reports}`` of racecheck's output, by the kernel the first access of each report is in (the
-    summary counts reports, not where they are: a cuBLAS kernel's reports are not ours)."""
-    return dict(Counter(_RACE.findall(text)))
+    """``{function: reports}`` of racecheck's output, by the function (a kernel, or the device function inlined
+    into it) of the first access of each report (the summary counts reports, not where they are: a cuBLAS
+    kernel's reports are not ours)."""
+    return dict(Counter(_function_name(m) for m in _RACE.findall(text)))
 
 
 def _pytest(args: list[str], junit: Path, prefix: list[str] | None = None, timeout: int = 1800) -> dict:

@@ -289,6 +289,15 @@ def test_racecheck_reports_are_counted_by_kernel(monkeypatch):
             "========= Error: Race reported between Write access at fused_adamw_ws_kernel+0x10\n"
             "=========     and Read access at fused_adamw_ws_kernel+0x20 [3 hazards]\n")
     assert verify.race_kernels(text) == {"nvjet_sm90_hsh_64x16": 1, "fused_adamw_ws_kernel": 1}
+    # racecheck names the function of the access with its signature, often a device function
+    text2 = ("========= Error: Race reported between Read access at void <unnamed>::tile_epilogue<(bool)1, (int)192>("
+             "const float (*)[68], const <unnamed>::Out &)+0x11660 in fused_adamw.cu:209\n"
+             "========= Error: Race reported between Read access at <unnamed>::w4a16_gemm_ws_kernel(const __half *, "
+             "int)+0x3dd0 in w4a16.cu:413\n"
+             "========= Error: Race reported between Write access at nvcuda::wmma::store_matrix_sync(float *, const "
+             "nvcuda::wmma::fragment<nvcuda::wmma::accumulator, (int)16, float, void> &)+0x3490 in mma.hpp:474\n")
+    assert verify.race_kernels(text2) == {"tile_epilogue": 1, "w4a16_gemm_ws_kernel": 1,
+                                          "nvcuda::wmma::store_matrix_sync": 1}
     assert verify.race_kernels("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") == {}
 
     def fake(args, junit, prefix=None, timeout=None):

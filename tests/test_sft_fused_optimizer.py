@@ -77,6 +77,23 @@ def test_cli_loss_scale_must_be_a_power_of_two(value, tmp_path, capsys):
     assert not (tmp_path / "r.json").exists()
 
 
+@pytest.mark.parametrize("value", ["-1", "nan"])
+def test_cli_max_grad_norm_must_not_be_negative(value, tmp_path, capsys):
+    from t4lib.train import sft
+
+    with pytest.raises(SystemExit):
+        sft.main(["--method", "full", "--base", "fp32", "--max-grad-norm", value, "--out", str(tmp_path / "r.json")])
+    assert "--max-grad-norm must be >= 0" in capsys.readouterr().err
+
+
+def test_no_clipping_keeps_the_grad_scaler():
+    """The lab's adamw_noclip arm: the Trainer's dynamic loss scaling without clipping."""
+    from t4lib.train.sft import SFTSettings, sft_config
+
+    c = sft_config(SFTSettings(method="full", extra={"max_grad_norm": 0.0}), "/tmp/x", "cuda")
+    assert c.fp16 and c.max_grad_norm == 0.0
+
+
 def test_restore_linears_is_the_inverse_of_replace():
     from t4lib.train.fused_adamw import FusedAdamWLinear, replace_linears, restore_linears
 

@@ -1,17 +1,18 @@
 #!/usr/bin/env bash
 # Why SFT with optimizer=fused_linear trained worse, in one GPU call. Full fine-tuning of tiny-gpu on the wide
-# traces (fp32 master weights, fp16 autocast, lr 3e-4, batch 32, the same data order from the same seed), four arms:
+# traces (fp32 master weights, fp16 autocast, lr 3e-4, batch 32, the same data order from the same seed), five arms:
 #   adamw                  the Trainer's AdamW with its dynamic loss scaling (GradScaler) and clipping at 1.0
+#   adamw_noclip           the same without clipping (--max-grad-norm 0)
 #   adamw_unscaled         the Trainer's AdamW under fp16 autocast, no loss scaling, no clipping (--loss-scale 1:
 #                          the fused path's conditions without the fused layers)
 #   fused_linear_unscaled  the decoder projections as FusedAdamWLinear, no loss scaling (--loss-scale 1: what the
 #                          first record of this lab measured as fused_linear)
 #   fused_linear           the same under the default static loss scale (t4lib.train.sft.FUSED_LOSS_SCALE)
-# adamw against adamw_unscaled isolates the loss scale (and clipping), adamw_unscaled against
+# adamw against adamw_noclip isolates clipping, adamw_noclip against adamw_unscaled the loss scale, adamw_unscaled against
 # fused_linear_unscaled the fused layers, fused_linear against fused_linear_unscaled the fix.
 # The arms run side by side on one GPU (background processes, a log each), so their per-step times are not those
 # of a run alone: afterwards adamw and fused_linear train again, one after the other and without evaluation, for
-# solo times (their solo_s_per_step; fused_over_adamw_time). "sequential" runs the four arms one after the other
+# solo times (their solo_s_per_step; fused_over_adamw_time). "sequential" runs the five arms one after the other
 # instead (every s_per_step is then a run alone; no extra runs; longer). Writes each arm's run record and log, and
 # the lab record $OUT/sft_fused_optimizer_lab.json; an arm that fails (an fp16 overflow is an error) is recorded
 # with its error and the script exits 1.
@@ -27,9 +28,10 @@ case "$mode" in
 esac
 mkdir -p "$out"
 python3 -c "from t4lib import _build; _build.build('fused_adamw')" > /dev/null   # once, not inside the training
-arms=(adamw adamw_unscaled fused_linear_unscaled fused_linear)
+arms=(adamw adamw_noclip adamw_unscaled fused_linear_unscaled fused_linear)
 declare -A args=(
   [adamw]="--optimizer adamw"
+  [adamw_noclip]="--optimizer adamw --max-grad-norm 0"
   [adamw_unscaled]="--optimizer adamw --loss-scale 1"
   [fused_linear_unscaled]="--optimizer fused_linear --loss-scale 1"
   [fused_linear]="--optimizer fused_linear"
@@ -100,7 +102,7 @@ for arm in arms:
     scale = r["settings"]["loss_scale"]
     ev = r["after"]["heldout_1_2"]["overall"]
     runs[arm] = {"optimizer": r["settings"]["optimizer"], "loss_scale": scale, "grad_scaler": scale is None,
-                 "max_grad_norm": clip if scale is None else 0.0, **timing(r),
+                 "max_grad_norm": r["settings"].get("extra", {}).get("max_grad_norm", clip if scale is None else 0.0), **timing(r),
                  "timed": "alone" if sequential else f"side by side with {len(arms) - 1} other arms",
                  "final_loss": r["losses"][-1][1], "losses": r["losses"], "schema_valid": ev["schema_valid"]["rate"],
                  "grounded": ev["grounded"]["rate"], "n_eval": ev["n"], "device": r.get("device_name")}

@@ -498,15 +498,21 @@ def main(argv=None):
                          f"{FUSED_LOSS_SCALE:g} with --optimizer fused_linear; unset with adamw keeps the Trainer's "
                          "GradScaler and clipping at 1.0; --optimizer adamw --loss-scale 1 trains under the fused "
                          "path's conditions without the fused layers")
+    ap.add_argument("--max-grad-norm", type=float, default=None,
+                    help="the Trainer's global-norm clipping (its default 1.0; 0 turns it off). The fused layers "
+                         "cannot clip: with --optimizer fused_linear only 0 is accepted")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
     if a.neftune is not None and a.neftune <= 0:
         ap.error(f"--neftune must be > 0, got {a.neftune}")
+    if a.max_grad_norm is not None and not a.max_grad_norm >= 0:
+        ap.error(f"--max-grad-norm must be >= 0 (0: no clipping), got {a.max_grad_norm:g}")
     if a.loss_scale is not None and not is_power_of_two(a.loss_scale):
         ap.error(f"--loss-scale must be a power of two > 0, got {a.loss_scale:g}")
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
                     alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer, loss_scale=a.loss_scale,
-                    extra={} if a.neftune is None else {"neftune_noise_alpha": a.neftune})
+                    extra={**({} if a.neftune is None else {"neftune_noise_alpha": a.neftune}),
+                           **({} if a.max_grad_norm is None else {"max_grad_norm": a.max_grad_norm})})
     sets = tuple(x for x in a.eval_sets.split(",") if x)
     if a.eval_only:
         import torch
