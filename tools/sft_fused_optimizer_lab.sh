@@ -16,7 +16,8 @@
 # instead (every s_per_step is then a run alone; no extra runs; longer). Writes each arm's run record and log, and
 # the lab record $OUT/sft_fused_optimizer_lab.json; an arm that fails (an fp16 overflow is an error) is recorded
 # with its error and the script exits 1.
-#   OUT=dir bash tools/sft_fused_optimizer_lab.sh [epochs] [held-out problems scored] [parallel|sequential]
+#   OUT=dir bash tools/sft_fused_optimizer_lab.sh [epochs] [held-out problems scored] [parallel|sequential] [arm...]
+# Naming arms runs only those (default all five); the solo timing runs need adamw and fused_linear among them.
 set -eu
 out=${OUT:-/tmp/sft_fused_optimizer_lab}
 epochs=${1:-4}
@@ -28,7 +29,12 @@ case "$mode" in
 esac
 mkdir -p "$out"
 python3 -c "from t4lib import _build; _build.build('fused_adamw')" > /dev/null   # once, not inside the training
-arms=(adamw adamw_noclip adamw_unscaled fused_linear_unscaled fused_linear)
+all_arms=(adamw adamw_noclip adamw_unscaled fused_linear_unscaled fused_linear)
+arms=("${@:4}")
+[ ${#arms[@]} -gt 0 ] || arms=("${all_arms[@]}")
+for arm in "${arms[@]}"; do
+  [[ " ${all_arms[*]} " == *" $arm "* ]] || { echo "unknown arm $arm (arms: ${all_arms[*]})" >&2; exit 2; }
+done
 declare -A args=(
   [adamw]="--optimizer adamw"
   [adamw_noclip]="--optimizer adamw --max-grad-norm 0"
@@ -62,6 +68,7 @@ else
     wait "${pids[$arm]}" || { echo "arm $arm failed"; failed=1; }
   done
   for arm in adamw fused_linear; do   # solo, for the time per step
+    [[ " ${arms[*]} " == *" $arm "* ]] || continue
     # shellcheck disable=SC2086
     sft "${arm}_solo" ${args[$arm]} --eval-sets "" || { echo "solo run of $arm failed"; failed=1; }
   done
@@ -111,7 +118,8 @@ for arm in arms:
         t = timing(json.loads(solo.read_text()))
         runs[arm].update(solo_train_seconds=t["train_seconds"], solo_s_per_step=t["s_per_step"])
 
-rec = results.lab_record(f"bash tools/sft_fused_optimizer_lab.sh {epochs} {eval_n} {mode}")
+rec = results.lab_record(f"bash tools/sft_fused_optimizer_lab.sh {epochs} {eval_n} {mode}"
+                         + ("" if len(arms) == 5 else " " + " ".join(arms)))
 key = "train_seconds" if sequential else "solo_train_seconds"
 if all(key in runs[a] for a in ("adamw", "fused_linear")):
     rec["fused_over_adamw_time"] = runs["fused_linear"][key] / runs["adamw"][key]
