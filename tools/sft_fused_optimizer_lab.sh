@@ -121,7 +121,7 @@ for arm in arms:
 rec = results.lab_record(f"bash tools/sft_fused_optimizer_lab.sh {epochs} {eval_n} {mode}"
                          + ("" if len(arms) == 5 else " " + " ".join(arms)))
 key = "train_seconds" if sequential else "solo_train_seconds"
-if all(key in runs[a] for a in ("adamw", "fused_linear")):
+if all(key in runs.get(a, {}) for a in ("adamw", "fused_linear")):
     rec["fused_over_adamw_time"] = runs["fused_linear"][key] / runs["adamw"][key]
 rec.update(
     note=("every arm trains the same data in the same order from the same seed; train_seconds is the Trainer's "
