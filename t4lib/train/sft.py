@@ -33,8 +33,9 @@ METHODS = ("lora", "full")
 # max_grad_norm), unless a static loss_scale is set.
 # "fused_linear" (method "full"): the decoder projections become t4lib.train.FusedAdamWLinear, which take their
 # AdamW step inside backward (t4lib.ops.fused_adamw); the Trainer's optimizer keeps the other parameters; always
-# under a static loss_scale. Without a loss scale (loss_scale=1) it trained tiny-gpu worse than "adamw" on the
-# H200, in less time per step (notebook 01).
+# under a static loss_scale, never clipped. On tiny-gpu (H200, notebook 01) it takes less time per step than
+# "adamw" but trains worse, with or without a loss scale; "adamw" without clipping trains just as badly:
+# the recipe needs the global-norm clipping that a fused update, applied before the global norm exists, cannot do.
 OPTIMIZERS = ("adamw", "fused_linear")
 # The static loss scale of fused_linear when none is given. The fused layers update inside backward, so an
 # overflowed step cannot be skipped and the scale cannot back off as the Trainer's GradScaler does (it starts at
@@ -489,8 +490,8 @@ def main(argv=None):
     ap.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS,
                     help="fused_linear (with --method full): the decoder projections take their AdamW step inside "
                          "backward (t4lib.train.FusedAdamWLinear), under a static loss scale (--loss-scale), no "
-                         "clipping. Less time per step; measured on tiny-gpu without a loss scale it trained worse "
-                         "(notebook 01)")
+                         "clipping. Less time per step, but on tiny-gpu it trains worse than adamw, as adamw does "
+                         "without clipping (--max-grad-norm 0; notebook 01)")
     ap.add_argument("--loss-scale", type=float, default=None,
                     help="static loss scale, a power of two: fp16 autocast without the Trainer's GradScaler and "
                          "without clipping, the loss times it before backward and AdamW's eps times it (the same "
