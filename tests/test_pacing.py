@@ -418,7 +418,9 @@ def test_sweep_runner_logic_with_faked_gpu(monkeypatch, tmp_path):
     for r in e["rows"]:
         assert r["bitwise_equal_to_first_cap"] and r["batch_calls"] >= 5
         assert 0.3 < r["measured_s"] < 0.6
-        assert 1e6 / 0.004 < r["throughput"] < 1e6 / 0.0019  # ~ one call per 2 ms
+        # ~ one call per 2 ms; the fake's events complete at once, so the two batches still in flight at the end
+        # count as done with no time of their own (up to ~10% over on a slow, busy host)
+        assert 1e6 / 0.004 < r["throughput"] < 1e6 / 0.0017
         assert r["power_avg_w"] == pytest.approx(50.5, abs=0.1) and r["power_cap_event"]
         assert r["reason_fraction"]["sw_power_cap"] == pytest.approx(0.1, abs=0.05)
         assert r["energy_per_unit_j"] == pytest.approx(r["power_avg_w"] / r["throughput"])

@@ -149,7 +149,7 @@ def test_sanitizer_resume_adds_named_families_only(monkeypatch, tmp_path):
     out = verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1, families=["fused_adamw"])
     assert files and asked == [{(tool, f) for tool in verify.SANITIZER_TOOLS for f in files}]
     assert out["sanitizer_targets"] == files and out["sanitizers_clean"]
-    with pytest.raises(ValueError, match="not kernel families"):
+    with pytest.raises(ValueError, match="neither kernel families"):
         verify._resume_sanitizers({"sources_sha256": "abc"}, ledger, timeout=5, shards=1, families=["nope"])
 
 
