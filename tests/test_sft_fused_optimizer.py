@@ -86,6 +86,23 @@ def test_cli_max_grad_norm_must_not_be_negative(value, tmp_path, capsys):
     assert "--max-grad-norm must be >= 0" in capsys.readouterr().err
 
 
+def test_fused_layers_take_the_trainers_betas():
+    from t4lib.train.sft import SFTSettings, adam_betas, sft_config
+
+    s = SFTSettings(method="full", optimizer="fused_linear", extra={"adam_beta2": 0.95})
+    assert adam_betas(s) == (0.9, 0.95) and sft_config(s, "/tmp/x", "cuda").adam_beta2 == 0.95
+    assert adam_betas(SFTSettings(method="full")) == (0.9, 0.999)
+
+
+@pytest.mark.parametrize("value", ["1", "-0.1", "nan"])
+def test_cli_adam_beta2_must_be_in_range(value, tmp_path, capsys):
+    from t4lib.train import sft
+
+    with pytest.raises(SystemExit):
+        sft.main(["--method", "full", "--base", "fp32", "--adam-beta2", value, "--out", str(tmp_path / "r.json")])
+    assert "--adam-beta2 must be in [0, 1)" in capsys.readouterr().err
+
+
 def test_no_clipping_keeps_the_grad_scaler():
     """The lab's adamw_noclip arm: the Trainer's dynamic loss scaling without clipping."""
     from t4lib.train.sft import SFTSettings, sft_config

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Why SFT with optimizer=fused_linear trained worse, in one GPU call. Full fine-tuning of tiny-gpu on the wide
-# traces (fp32 master weights, fp16 autocast, lr 3e-4, batch 32, the same data order from the same seed), five arms:
+# traces (fp32 master weights, fp16 autocast, lr 3e-4, batch 32, the same data order from the same seed), seven arms:
 #   adamw                  the Trainer's AdamW with its dynamic loss scaling (GradScaler) and clipping at 1.0
 #   adamw_noclip           the same without clipping (--max-grad-norm 0)
 #   adamw_unscaled         the Trainer's AdamW under fp16 autocast, no loss scaling, no clipping (--loss-scale 1:
@@ -8,16 +8,19 @@
 #   fused_linear_unscaled  the decoder projections as FusedAdamWLinear, no loss scaling (--loss-scale 1: what the
 #                          first record of this lab measured as fused_linear)
 #   fused_linear           the same under the default static loss scale (t4lib.train.sft.FUSED_LOSS_SCALE)
+#   adamw_noclip_b2, fused_linear_b2
+#                          adamw_noclip and fused_linear with AdamW's beta2 0.95 in both optimizers (--adam-beta2):
+#                          without clipping the large gradients of the first steps stay in v for ~1/(1-beta2) steps
 # adamw against adamw_noclip isolates clipping, adamw_noclip against adamw_unscaled the loss scale, adamw_unscaled against
 # fused_linear_unscaled the fused layers, fused_linear against fused_linear_unscaled the fix.
 # The arms run side by side on one GPU (background processes, a log each), so their per-step times are not those
 # of a run alone: afterwards adamw and fused_linear train again, one after the other and without evaluation, for
-# solo times (their solo_s_per_step; fused_over_adamw_time). "sequential" runs the five arms one after the other
+# solo times (their solo_s_per_step; fused_over_adamw_time). "sequential" runs the arms one after the other
 # instead (every s_per_step is then a run alone; no extra runs; longer). Writes each arm's run record and log, and
 # the lab record $OUT/sft_fused_optimizer_lab.json; an arm that fails (an fp16 overflow is an error) is recorded
 # with its error and the script exits 1.
 #   OUT=dir bash tools/sft_fused_optimizer_lab.sh [epochs] [held-out problems scored] [parallel|sequential] [arm...]
-# Naming arms runs only those (default all five); the solo timing runs need adamw and fused_linear among them.
+# Naming arms runs only those (default all seven); the solo timing runs need adamw and fused_linear among them.
 set -eu
 out=${OUT:-/tmp/sft_fused_optimizer_lab}
 epochs=${1:-4}
@@ -29,7 +32,7 @@ case "$mode" in
 esac
 mkdir -p "$out"
 python3 -c "from t4lib import _build; _build.build('fused_adamw')" > /dev/null   # once, not inside the training
-all_arms=(adamw adamw_noclip adamw_unscaled fused_linear_unscaled fused_linear)
+all_arms=(adamw adamw_noclip adamw_unscaled fused_linear_unscaled fused_linear adamw_noclip_b2 fused_linear_b2)
 arms=("${@:4}")
 [ ${#arms[@]} -gt 0 ] || arms=("${all_arms[@]}")
 for arm in "${arms[@]}"; do
@@ -41,6 +44,8 @@ declare -A args=(
   [adamw_unscaled]="--optimizer adamw --loss-scale 1"
   [fused_linear_unscaled]="--optimizer fused_linear --loss-scale 1"
   [fused_linear]="--optimizer fused_linear"
+  [adamw_noclip_b2]="--optimizer adamw --max-grad-norm 0 --adam-beta2 0.95"
+  [fused_linear_b2]="--optimizer fused_linear --adam-beta2 0.95"
 )
 
 sft() {  # name, then more arguments of t4lib.train.sft; its record $out/name.json, its log $out/name.log
@@ -74,7 +79,8 @@ else
   done
 fi
 
-python3 - "$out" "$epochs" "$eval_n" "$mode" "${arms[@]}" <<'PY'
+subset=$([ ${#arms[@]} -eq ${#all_arms[@]} ] && echo all || echo subset)
+python3 - "$out" "$epochs" "$eval_n" "$mode" "$subset" "${arms[@]}" <<'PY'
 import json, sys
 from dataclasses import fields
 from pathlib import Path
@@ -83,7 +89,7 @@ from trl import SFTConfig
 
 from t4lib import results
 
-out, epochs, eval_n, mode, arms = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+out, epochs, eval_n, mode, subset, arms = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 sequential = mode == "sequential"
 clip = next(f.default for f in fields(SFTConfig) if f.name == "max_grad_norm")
 
@@ -109,7 +115,8 @@ for arm in arms:
     scale = r["settings"]["loss_scale"]
     ev = r["after"]["heldout_1_2"]["overall"]
     runs[arm] = {"optimizer": r["settings"]["optimizer"], "loss_scale": scale, "grad_scaler": scale is None,
-                 "max_grad_norm": r["settings"].get("extra", {}).get("max_grad_norm", clip if scale is None else 0.0), **timing(r),
+                 "max_grad_norm": r["settings"].get("extra", {}).get("max_grad_norm", clip if scale is None else 0.0),
+                 "adam_beta2": r["settings"].get("extra", {}).get("adam_beta2", 0.999), **timing(r),
                  "timed": "alone" if sequential else f"side by side with {len(arms) - 1} other arms",
                  "final_loss": r["losses"][-1][1], "losses": r["losses"], "schema_valid": ev["schema_valid"]["rate"],
                  "grounded": ev["grounded"]["rate"], "n_eval": ev["n"], "device": r.get("device_name")}
@@ -119,7 +126,7 @@ for arm in arms:
         runs[arm].update(solo_train_seconds=t["train_seconds"], solo_s_per_step=t["s_per_step"])
 
 rec = results.lab_record(f"bash tools/sft_fused_optimizer_lab.sh {epochs} {eval_n} {mode}"
-                         + ("" if len(arms) == 5 else " " + " ".join(arms)))
+                         + (" " + " ".join(arms) if subset == "subset" else ""))
 key = "train_seconds" if sequential else "solo_train_seconds"
 if all(key in runs.get(a, {}) for a in ("adamw", "fused_linear")):
     rec["fused_over_adamw_time"] = runs["fused_linear"][key] / runs["adamw"][key]

@@ -160,6 +160,15 @@ def adam_eps(s: SFTSettings) -> float:
     return eps * s.loss_scale if s.loss_scale is not None else eps
 
 
+def adam_betas(s: SFTSettings) -> tuple[float, float]:
+    """AdamW's betas for the run: the Trainer's ``adam_beta1``/``adam_beta2`` (``s.extra`` or SFTConfig's
+    defaults), given to the fused layers too, so both optimizers take the same steps."""
+    from trl import SFTConfig
+
+    default = {f.name: f.default for f in fields(SFTConfig) if f.name in ("adam_beta1", "adam_beta2")}
+    return tuple(float(s.extra.get(k, default[k])) for k in ("adam_beta1", "adam_beta2"))
+
+
 def sft_config(s: SFTSettings, output_dir: str, device_type: str):
     from trl import SFTConfig
 
@@ -205,7 +214,8 @@ def prepare(model, s: SFTSettings, tokenizer=None):
             p.requires_grad_(True)
         if s.optimizer == "fused_linear":
             from .fused_adamw import replace_linears
-            replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay, eps=adam_eps(s))
+            replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay, eps=adam_eps(s),
+                            betas=adam_betas(s))
         return model
     from peft import get_peft_model
     return get_peft_model(model, lora_config(model, r=s.r, alpha=s.alpha, targets=tuple(s.targets)))
@@ -502,8 +512,14 @@ def main(argv=None):
     ap.add_argument("--max-grad-norm", type=float, default=None,
                     help="the Trainer's global-norm clipping (its default 1.0; 0 turns it off). The fused layers "
                          "cannot clip: with --optimizer fused_linear only 0 is accepted")
+    ap.add_argument("--adam-beta2", type=float, default=None,
+                    help="AdamW's beta2 for the Trainer's optimizer and the fused layers alike (default the "
+                         "Trainer's 0.999). Without clipping a lower one (0.95) forgets the large gradients of the "
+                         "first steps sooner")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    if a.adam_beta2 is not None and not 0 <= a.adam_beta2 < 1:
+        ap.error(f"--adam-beta2 must be in [0, 1), got {a.adam_beta2:g}")
     if a.neftune is not None and a.neftune <= 0:
         ap.error(f"--neftune must be > 0, got {a.neftune}")
     if a.max_grad_norm is not None and not a.max_grad_norm >= 0:
@@ -513,7 +529,8 @@ def main(argv=None):
     s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
                     alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer, loss_scale=a.loss_scale,
                     extra={**({} if a.neftune is None else {"neftune_noise_alpha": a.neftune}),
-                           **({} if a.max_grad_norm is None else {"max_grad_norm": a.max_grad_norm})})
+                           **({} if a.max_grad_norm is None else {"max_grad_norm": a.max_grad_norm}),
+                           **({} if a.adam_beta2 is None else {"adam_beta2": a.adam_beta2})})
     sets = tuple(x for x in a.eval_sets.split(",") if x)
     if a.eval_only:
         import torch
