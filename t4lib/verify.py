@@ -184,13 +184,13 @@ def _sanitizer_targets(families: list[str] | None = None) -> list[str]:
     (``tests/test_w4a16_ws.py``), to sanitize part of a large family. ValueError names an item
     that is neither a family nor one of a family's test files."""
     known = _build.families()
-    own = {str(p.relative_to(REPO)) for fam in known for p in (REPO / "tests").glob(f"test_{fam}*.py")}
-    files = {f for f in families or () if f.endswith(".py")}
-    unknown = sorted(set(families or ()) - set(known) - (files & own))
+    of_family = {fam: {str(p.relative_to(REPO)) for p in (REPO / "tests").glob(f"test_{fam}*.py")} for fam in known}
+    own_files = set().union(*of_family.values())
+    asked = families or known
+    unknown = sorted(set(asked) - set(known) - own_files)
     if unknown:
         raise ValueError(f"sanitize families: {unknown} are neither kernel families ({known}) nor their test files")
-    return sorted(files | {str(p.relative_to(REPO)) for fam in (set(families or ()) - files if families else known)
-                           for p in (REPO / "tests").glob(f"test_{fam}*.py")})
+    return sorted(set().union(*(of_family.get(item, {item}) for item in asked)))
 
 
 def _sanitize(targets: list[str], timeout: int, workers: int | None = None, shards: int = 1,

@@ -82,16 +82,14 @@ fi
 subset=$([ ${#arms[@]} -eq ${#all_arms[@]} ] && echo all || echo subset)
 python3 - "$out" "$epochs" "$eval_n" "$mode" "$subset" "${arms[@]}" <<'PY'
 import json, sys
-from dataclasses import fields
 from pathlib import Path
 
-from trl import SFTConfig
 
 from t4lib import results
+from t4lib.train.sft import trainer_setting
 
 out, epochs, eval_n, mode, subset, arms = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 sequential = mode == "sequential"
-clip = next(f.default for f in fields(SFTConfig) if f.name == "max_grad_norm")
 
 
 def failure(name):
@@ -112,11 +110,13 @@ for arm in arms:
         runs[arm] = failure(arm)
         continue
     r = json.loads(p.read_text())
-    scale = r["settings"]["loss_scale"]
+    scale, extra = r["settings"]["loss_scale"], r["settings"].get("extra", {})
     ev = r["after"]["heldout_1_2"]["overall"]
     runs[arm] = {"optimizer": r["settings"]["optimizer"], "loss_scale": scale, "grad_scaler": scale is None,
-                 "max_grad_norm": r["settings"].get("extra", {}).get("max_grad_norm", clip if scale is None else 0.0),
-                 "adam_beta2": r["settings"].get("extra", {}).get("adam_beta2", 0.999), **timing(r),
+                 # a static loss scale turns clipping off unless extra sets it (sft_config)
+                 "max_grad_norm": (trainer_setting(extra, "max_grad_norm") if scale is None
+                                   else extra.get("max_grad_norm", 0.0)),
+                 "adam_beta2": trainer_setting(extra, "adam_beta2"), **timing(r),
                  "timed": "alone" if sequential else f"side by side with {len(arms) - 1} other arms",
                  "final_loss": r["losses"][-1][1], "losses": r["losses"], "schema_valid": ev["schema_valid"]["rate"],
                  "grounded": ev["grounded"]["rate"], "n_eval": ev["n"], "device": r.get("device_name")}

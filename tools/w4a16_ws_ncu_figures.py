@@ -3,7 +3,7 @@
 The ws_bench run of results/nvidia-h200/w4a16_gemm_ws.json recorded "no ncu figures parsed": its parser
 (t4lib.ops.w4a16.ws_bench.parse_ncu) takes ncu's "==PROF== Profiling ..." progress lines for kernels, so
 its first rows carry no metrics. This drops those lines from the run's log and parses the rest with the
-same parser, giving the figures the environment of the profiled run (not this machine's).
+same parser, giving the figures the environment and time of the profiled run (not this machine's).
 
     python3 tools/w4a16_ws_ncu_figures.py results/nvidia-h200/w4a16_gemm_ws.json results/nvidia-h200/logs/ncu_w4a16_ws.log
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from t4lib import results
 from t4lib.ops.w4a16 import ws_bench
 
-ENV_KEYS = ("device", "driver", "torch", "clocks", "throttle")
+ENV_KEYS = ("device", "driver", "torch", "clocks", "throttle", "when")
 
 
 def main(res_path: str, log_path: str) -> None:

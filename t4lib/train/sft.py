@@ -149,24 +149,27 @@ def is_power_of_two(x) -> bool:
             and math.frexp(x)[0] == 0.5)
 
 
-def adam_eps(s: SFTSettings) -> float:
-    """AdamW's eps for the run: the Trainer's ``adam_epsilon`` (``s.extra`` or its default), times ``s.loss_scale``
-    when set, for the Trainer's optimizer and the fused layers alike. With gradients S g the moments are S m and
-    S^2 v, so the step lr m / (sqrt(v) + eps) is unchanged when eps is S eps too (exact for S a power of two;
-    weight decay is decoupled from the gradient)."""
+def trainer_setting(extra: dict, name: str):
+    """An SFTConfig setting of a run whose ``SFTSettings.extra`` is ``extra``: ``extra[name]``, else SFTConfig's
+    default."""
     from trl import SFTConfig
 
-    eps = s.extra.get("adam_epsilon", next(f.default for f in fields(SFTConfig) if f.name == "adam_epsilon"))
+    return extra.get(name, next(f.default for f in fields(SFTConfig) if f.name == name))
+
+
+def adam_eps(s: SFTSettings) -> float:
+    """AdamW's eps for the run: the Trainer's ``adam_epsilon``, times ``s.loss_scale`` when set, for the Trainer's
+    optimizer and the fused layers alike. With gradients S g the moments are S m and S^2 v, so the step
+    lr m / (sqrt(v) + eps) is unchanged when eps is S eps too (exact for S a power of two; weight decay is
+    decoupled from the gradient)."""
+    eps = trainer_setting(s.extra, "adam_epsilon")
     return eps * s.loss_scale if s.loss_scale is not None else eps
 
 
 def adam_betas(s: SFTSettings) -> tuple[float, float]:
-    """AdamW's betas for the run: the Trainer's ``adam_beta1``/``adam_beta2`` (``s.extra`` or SFTConfig's
-    defaults), given to the fused layers too, so both optimizers take the same steps."""
-    from trl import SFTConfig
-
-    default = {f.name: f.default for f in fields(SFTConfig) if f.name in ("adam_beta1", "adam_beta2")}
-    return tuple(float(s.extra.get(k, default[k])) for k in ("adam_beta1", "adam_beta2"))
+    """AdamW's betas for the run: the Trainer's ``adam_beta1``/``adam_beta2``, given to the fused layers too, so
+    both optimizers take the same steps."""
+    return float(trainer_setting(s.extra, "adam_beta1")), float(trainer_setting(s.extra, "adam_beta2"))
 
 
 def sft_config(s: SFTSettings, output_dir: str, device_type: str):
