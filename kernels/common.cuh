@@ -169,49 +169,52 @@ inline int grid_for(long long work_items, int threads, int per_thread = 1) {
 }
 
 // ------------------------------------------------------------------ software warp specialization
-// Producer warps move global memory into a ring of kStages shared-memory stages with ordinary loads
-// and stores (sm_75 has no cp.async or TMA); consumer warps compute on them. Named barriers hand the
-// stages over: FULL(s) = 1 + s (producers bar.arrive after storing stage s, consumers bar.sync before
-// reading it) and EMPTY(s) = 1 + kStages + s (consumers bar.arrive when done, producers bar.sync
-// before overwriting it). Id 0 is __syncthreads; every barrier counts all kThreads of the block.
-// bar.arrive releases and bar.sync acquires the shared-memory writes before them (PTX memory model).
+// Producer warps move global memory into a 2-stage shared-memory ring with ordinary loads and
+// stores (sm_75 has no cp.async or TMA); consumer warps compute on it. Named barrier FULL(s) = 1 + s
+// hands stage it over in slot s = it % 2: producers bar.sync on it after storing the stage, consumers
+// bar.sync on it before reading. Every barrier counts all kThreads of the block (id 0 is
+// __syncthreads), so each one orders every access before it against every access after it, in all
+// warps, and no EMPTY barrier is needed: a producer passes FULL for stage it only once the
+// consumers have reached it, that is, finished stage it - 1, so slot (it + 1) % 2, which held stage
+// it - 1, is free when the producer stores stage it + 1 there. A bar.arrive hand-over would let the
+// producers run further ahead, but compute-sanitizer racecheck cannot follow it and reports
+// hazards on accesses it orders (tools/racecheck_probe); this protocol it can check.
 namespace ws {
+
+constexpr int kStages = 2;
 
 __device__ __forceinline__ void bar_sync(int id, int count) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
-__device__ __forceinline__ void bar_arrive(int id, int count) {
-  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(count) : "memory");
-}
 
 // Producer loop over stages 0..n_iters-1: load(regs, it) issues stage it's global loads into
 // registers, store(regs, slot) writes them (dequantized, if it must) into ring slot `slot`. Stage
-// it + 1 is loaded before stage it waits for its slot and is stored, so each producer thread keeps
-// two stages of loads in flight: one warp-specialized thread must cover the loads that two
-// threads of a non-specialized block would.
-template <int kStages, int kThreads, class Regs, class Load, class Store>
+// it + 1 is loaded before the producer waits on FULL for stage it - 1 (whose passing frees slot
+// it % 2: the consumers have finished stage it - 2) and stores stage it, so each producer thread
+// keeps its next stage's loads in flight while it waits and stores: one warp-specialized thread
+// must cover the loads that two threads of a non-specialized block would.
+template <int kThreads, class Regs, class Load, class Store>
 __device__ __forceinline__ void produce(int n_iters, Load load, Store store) {
   Regs cur, nxt;
   if (n_iters > 0) load(cur, 0);
   for (int it = 0; it < n_iters; ++it) {
-    if (it + 1 < n_iters) load(nxt, it + 1);  // in flight while stage it waits and is stored
-    const int s = it % kStages;
-    if (it >= kStages) bar_sync(1 + kStages + s, kThreads);  // consumers are done with slot s
-    store(cur, s);
-    bar_arrive(1 + s, kThreads);  // slot s holds stage it
+    if (it + 1 < n_iters) load(nxt, it + 1);  // in flight while stage it waits for its slot and is stored
+    if (it > 0) bar_sync(1 + (it - 1) % kStages, kThreads);  // FULL for stage it - 1
+    store(cur, it % kStages);
     if (it + 1 < n_iters) cur = nxt;
   }
+  if (n_iters > 0) bar_sync(1 + (n_iters - 1) % kStages, kThreads);  // FULL for the last stage
 }
 
-// Consumer loop: compute(slot) on every stage in order. Only slots a producer will refill are
-// handed back, so every bar.arrive on EMPTY has its matching bar.sync.
-template <int kStages, int kThreads, class Compute>
+// Consumer loop: compute(slot) on every stage in order, overlapping the producers' store of the
+// next stage. Not unrolled: unrolling by the two slots costs the W4A16 kernel 40 registers.
+template <int kThreads, class Compute>
 __device__ __forceinline__ void consume(int n_iters, Compute compute) {
+#pragma unroll 1
   for (int it = 0; it < n_iters; ++it) {
     const int s = it % kStages;
     bar_sync(1 + s, kThreads);
     compute(s);
-    if (it + kStages < n_iters) bar_arrive(1 + kStages + s, kThreads);
   }
 }
 

@@ -275,11 +275,11 @@ __global__ void __launch_bounds__(kThreads) fused_adamw_gemm_kernel(Operand dy, 
 
 // ---------------------------------------------------------------- warp-specialized variant
 // Software warp specialization without cp.async (t4::ws in common.cuh): 2 producer warps stream
-// dY/X stages from global memory into a 3-stage shared-memory ring with ordinary loads and stores,
-// each thread keeping two stages of loads in flight; 4 consumer warps run the WMMAs. The epilogue
-// is the plain kernel's, run by all 6 warps.
+// dY/X stages from global memory into a 2-stage shared-memory ring with ordinary loads and stores,
+// each thread loading the next stage while it stores the current one; 4 consumer warps run the
+// WMMAs. The epilogue is the plain kernel's, run by all 6 warps.
 constexpr int kWsConsumers = 128, kWsProducers = 64, kWsThreads = kWsConsumers + kWsProducers;
-constexpr int kWsStages = 3, kWsBT = 32;  // ring depth (3 x 9 KB: two CTAs fit a T4 SM's 64 KB), tokens per stage
+constexpr int kWsBT = 32;  // tokens per stage (ring of 2 x 9 KB, in a union with the 17 KB dW tile)
 constexpr int kWsChunks = 2 * kWsBT * kBM / 8 / kWsProducers;  // 16-byte chunks per producer thread per stage (8)
 static_assert(kBM == kBN, "producers split chunks evenly between dY and X");
 
@@ -288,7 +288,7 @@ struct WsSmem {
     struct {
       half a[kWsBT][kLdA];
       half b[kWsBT][kLdB];
-    } ring[kWsStages];
+    } ring[t4::ws::kStages];
     float c[kBM][kLdC];
   };
 };
@@ -340,10 +340,10 @@ __global__ void __launch_bounds__(kWsThreads) fused_adamw_ws_kernel(Operand dy, 
           *reinterpret_cast<uint4*>(dst) = st.r[i];
         }
       };
-      t4::ws::produce<kWsStages, kWsThreads, WsRegs>(n_iters, load, store);
-      prefetch_state<kWsProducers>(o, pt, n0, k0, N, K);  // the consumers still have stages to run
+      t4::ws::produce<kWsThreads, WsRegs>(n_iters, load, store);
+      prefetch_state<kWsProducers>(o, pt, n0, k0, N, K);  // while the consumers run the last stage
     } else {
-      t4::ws::consume<kWsStages, kWsThreads>(n_iters, [&](int s) {
+      t4::ws::consume<kWsThreads>(n_iters, [&](int s) {
 #pragma unroll
         for (int kk = 0; kk < kWsBT; kk += 16) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::col_major> a[2];

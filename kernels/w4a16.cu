@@ -294,12 +294,12 @@ __global__ void w4a16_splitk_reduce_kernel(const float* __restrict__ ws, half* _
 // ---------------------------------------------------------------- warp-specialized WMMA GEMM
 // The same product through software warp specialization (t4::ws in common.cuh): 2 producer warps
 // load x and the packed weights with ordinary loads, dequantize the weights and store both into a
-// 2-stage shared-memory ring (64 k per stage), each thread keeping two stages of loads in flight;
+// 2-stage shared-memory ring (64 k per stage), each thread loading the next stage while it stores;
 // 4 consumer warps (2 x 2, 32 x 32 each) run the WMMAs on a 64 x 64 output tile. No split-K. Every
 // 16 x 16 output fragment accumulates the same k16 products in the same order as
 // w4a16_gemm_kernel, so with one split the two kernels give the same bits.
 constexpr int kWsConsumers = 128, kWsProducers = 64, kWsThreads = kWsConsumers + kWsProducers;
-constexpr int kWsBM = 64, kWsBK = 64, kWsStages = 2, kWsLd = kWsBK + kSkew;  // 2 x 18 KB ring
+constexpr int kWsBM = 64, kWsBK = 64, kWsLd = kWsBK + kSkew;  // 2 x 18 KB ring
 constexpr int kWsAChunks = kWsBM * kWsBK / 8 / kWsProducers;   // 16-byte x chunks per producer thread (8)
 constexpr int kWsBChunks = kBN * kWsBK / 32 / kWsProducers;    // 16-byte (32-value) weight chunks (2)
 
@@ -308,7 +308,7 @@ struct WsSmem {
     struct {
       half a[kWsBM][kWsLd];  // x tile      [BM, BK]
       half b[kBN][kWsLd];    // W_deq tile  [BN, BK] (= B col-major)
-    } ring[kWsStages];
+    } ring[t4::ws::kStages];
     float c[kWsBM][kCLd];
   };
 };
@@ -319,7 +319,7 @@ struct WsRegs {
   half s[kWsBChunks];
 };
 
-__global__ void __launch_bounds__(kWsThreads) w4a16_gemm_ws_kernel(const half* __restrict__ x,
+__global__ void __launch_bounds__(kWsThreads, 2) w4a16_gemm_ws_kernel(const half* __restrict__ x,
                                                                   const uint8_t* __restrict__ qw,
                                                                   const half* __restrict__ scales,
                                                                   half* __restrict__ y, int M, int N, int K,
@@ -381,9 +381,9 @@ __global__ void __launch_bounds__(kWsThreads) w4a16_gemm_ws_kernel(const half* _
           }
         }
       };
-      t4::ws::produce<kWsStages, kWsThreads, WsRegs>(n_iters, load, store);
+      t4::ws::produce<kWsThreads, WsRegs>(n_iters, load, store);
     } else {
-      t4::ws::consume<kWsStages, kWsThreads>(n_iters, [&](int s) {
+      t4::ws::consume<kWsThreads>(n_iters, [&](int s) {
 #pragma unroll
         for (int kk = 0; kk < kWsBK; kk += 16) {
           wmma::fragment<wmma::matrix_a, 16, 16, 16, half, wmma::row_major> a[2];

@@ -13,6 +13,7 @@ copy bandwidth measured in the same process, beside a T4 roofline projection
 from __future__ import annotations
 
 import math
+import re
 import time
 from typing import Any, Callable
 
@@ -168,3 +169,40 @@ def to_figures(res: dict[str, Any], prefix: str, source: str) -> list[dict]:
 def copy_bandwidth_figure(source: str) -> dict:
     return results.figure("copy_bandwidth", hw.copy_bandwidth() / 1e9, "GB/s", "MEASURED", source,
                           note="device-to-device copy_ of 1 GiB, read+write bytes / median time")
+
+
+_NCU_METRIC = re.compile(r"^\s*([a-z0-9_]+__[\w.]+)\s+(\S+)\s+([\d,.]+)\s*$")
+_NCU_GRID = re.compile(r"\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)")
+
+
+def ncu_kernels(text: str, kernel_re: str) -> list[tuple[re.Match, dict[str, tuple[str, float]]]]:
+    """Nsight Compute's text report (``ncu --metrics ...``): per profiled kernel whose header matches
+    ``kernel_re``, in launch order, ``(match, {metric: (unit, value)})``. ncu's own ``==PROF==`` lines
+    name the kernels too and are skipped; metrics under another kernel's header are dropped."""
+    rows, cur = [], None
+    for line in text.splitlines():
+        if line.startswith("=="):
+            continue
+        m = _NCU_METRIC.match(line)
+        if m:
+            if cur is not None:
+                cur[m.group(1)] = (m.group(2), float(m.group(3).replace(",", "")))
+            continue
+        k = re.search(kernel_re, line)
+        if k:
+            cur = {}
+            rows.append((k, cur))
+        elif _NCU_GRID.search(line):
+            cur = None
+    return rows
+
+
+def ncu_stall_shares(metrics: dict[str, tuple[str, float]]) -> dict[str, float]:
+    """``{"stall_<reason>_pct": value}`` from an ``ncu_kernels`` row's
+    ``smsp__warp_issue_stalled_<reason>_per_warp_active.pct`` metrics."""
+    out = {}
+    for name, (_, value) in metrics.items():
+        m = re.fullmatch(r"smsp__warp_issue_stalled_(\w+?)_per_warp_active\.pct", name)
+        if m:
+            out[f"stall_{m.group(1)}_pct"] = value
+    return out

@@ -83,12 +83,30 @@ def test_ncu_log_parsing():
     smsp__warp_issue_stalled_barrier_per_warp_active.pct       %        30.0
     smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct  %     8.0
 """
-    rows = wb.parse_ncu(log)
+    # ncu's progress lines name the kernels too; a kernel outside the probe keeps its metrics to itself
+    prof = '==PROF== Profiling "w4a16_gemm_kernel": 0%....50%....100% - 1 pass\n'
+    other = "  flush_kernel(int) (1, 1, 1)x(32, 1, 1)\n    smsp__warp_issue_stalled_barrier_per_warp_active.pct  %  99\n"
+    rows = wb.parse_ncu(prof + log + other)
     assert [r["kernel"] for r in rows] == ["plain", "ws"] * len(wb.NCU_PROBES)
-    assert rows[1] == {"kernel": "ws", "stall_barrier_pct": 30.0, "stall_long_scoreboard_pct": 8.0}
+    assert rows[1] == rows[-1] == {"kernel": "ws", "stall_barrier_pct": 30.0, "stall_long_scoreboard_pct": 8.0}
     figs = {f["name"]: f["value"] for f in wb.figures_from_ncu_log(log)}
     M, K, N = wb.NCU_PROBES[0]
     assert figs[f"warp_specialized/w4a16_gemm/{M}x{K}x{N}/long_scoreboard_stall_ratio"] == 0.4
     assert figs[f"warp_specialized/w4a16_gemm_ws_kernel/{M}x{K}x{N}/barrier_stall_pct"] == 30.0
     # a log cut short after the plain kernel gives no figures for that shape
     assert not wb.figures_from_ncu_log(log.split("w4a16_gemm_ws_kernel")[0])
+
+
+def test_ncu_figures_from_the_recorded_h200_log():
+    """The run's own Nsight Compute log (with its ==PROF== lines) gives both probes' stall shares."""
+    from pathlib import Path
+
+    from t4lib.ops.w4a16 import ws_bench as wb
+
+    log = Path(__file__).parents[1] / "results" / "nvidia-h200" / "logs" / "ncu_w4a16_ws.log"
+    rows = wb.parse_ncu(log.read_text())
+    assert [r["kernel"] for r in rows] == ["plain", "ws"] * len(wb.NCU_PROBES)
+    assert all(0 < r["stall_long_scoreboard_pct"] < 100 and 0 < r["stall_barrier_pct"] < 100 for r in rows)
+    names = {f["name"] for f in wb.figures_from_ncu_log(log.read_text())}
+    for M, K, N in wb.NCU_PROBES:
+        assert f"warp_specialized/w4a16_gemm/{M}x{K}x{N}/long_scoreboard_stall_ratio" in names

@@ -13,9 +13,9 @@ what gradient accumulation or global-norm clipping need, since those must see dW
 update. ``unfused_adamw_`` chains them (benchmark baseline (a)).
 
 ``warp_specialized=True``: the same computation with software warp specialization (sm_75 has no
-cp.async or TMA): 2 producer warps copy dY/X stages into a 3-stage shared-memory ring with plain
-loads and stores, 4 consumer warps run the WMMAs, named barriers (``bar.sync``/``bar.arrive``)
-hand the stages over. Bit-identical to the plain kernel.
+cp.async or TMA): 2 producer warps copy dY/X stages into a 2-stage shared-memory ring with plain
+loads and stores, 4 consumer warps run the WMMAs, a named barrier (``bar.sync`` with an id per
+slot, on both sides) hands each stage over. Bit-identical to the plain kernel.
 
 ``max_ctas`` caps the grid (every kernel is grid-stride: the bits do not depend on it);
 ``backend`` is ``"auto"|"cuda"|"reference"`` as for every op.

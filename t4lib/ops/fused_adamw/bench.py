@@ -20,7 +20,6 @@ each kernel once per probed shape for Nsight Compute (DRAM bytes per parameter).
 from __future__ import annotations
 
 import argparse
-import re
 import traceback
 from pathlib import Path
 
@@ -163,31 +162,25 @@ _UNITS = {"byte": 1, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "b": 1, "kb": 1e3
           "ns": 1e-9, "nsecond": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3}
 
 
+_DRAM_AND_TIME = {"dram__bytes_read.sum": "dram_read", "dram__bytes_write.sum": "dram_write",
+                  "gpu__time_duration.sum": "time_s"}
+
+
 def parse_ncu(text: str) -> list[dict]:
     """Per profiled kernel, in launch order: ``{"kernel", "dram_read", "dram_write", "time_s"}``."""
-    rows, cur = [], None
-    for line in text.splitlines():
-        m = re.search(r"(fused_adamw_gemm_kernel|adamw_update_kernel)<([^>]*)>", line)
-        if m and not re.search(r"[a-z]__[a-z]", line):
-            fused = m.group(2).strip() in ("true", "1", "(bool)1")
-            cur = {"kernel": "step" if m.group(1) == "adamw_update_kernel" else ("fused" if fused else "wgrad")}
-            rows.append(cur)
-            continue
-        m = re.search(r"\b(fused_adamw_gemm_kernel|fused_adamw_ws_kernel|adamw_update_kernel)\b", line)
-        if m and not re.search(r"[a-z]__[a-z]", line):  # a kernel header, not a metric line
-            cur = {"kernel": {"adamw_update_kernel": "step", "fused_adamw_ws_kernel": "ws"}.get(m.group(1), "gemm")}
-            rows.append(cur)
-            continue
-        m = re.search(r"(dram__bytes_read\.sum|dram__bytes_write\.sum|gpu__time_duration\.sum|"
-                      r"smsp__warp_issue_stalled_(\w+?)_per_warp_active\.pct)\s+(\S+)\s+([\d,.]+)", line)
-        if m and cur is not None:
-            value = float(m.group(4).replace(",", ""))
-            if m.group(2):
-                cur[f"stall_{m.group(2)}_pct"] = value
-                continue
-            key = {"dram__bytes_read.sum": "dram_read", "dram__bytes_write.sum": "dram_write",
-                   "gpu__time_duration.sum": "time_s"}[m.group(1)]
-            cur[key] = value * _UNITS.get(m.group(3).lower(), 1)
+    rows = []
+    kernels = r"\b(fused_adamw_gemm_kernel|fused_adamw_ws_kernel|adamw_update_kernel)\b(?:<([^>]*)>)?"
+    for k, metrics in bench.ncu_kernels(text, kernels):
+        name, targ = k.group(1), k.group(2)
+        if name == "fused_adamw_gemm_kernel":  # the template argument says fused or the bare wgrad GEMM
+            kind = "gemm" if targ is None else ("fused" if targ.strip() in ("true", "1", "(bool)1") else "wgrad")
+        else:
+            kind = "step" if name == "adamw_update_kernel" else "ws"
+        row = {"kernel": kind, **bench.ncu_stall_shares(metrics)}
+        for metric, (unit, value) in metrics.items():
+            if metric in _DRAM_AND_TIME:
+                row[_DRAM_AND_TIME[metric]] = value * _UNITS.get(unit.lower(), 1)
+        rows.append(row)
     return rows
 
 

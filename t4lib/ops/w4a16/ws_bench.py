@@ -14,7 +14,6 @@ scoreboard) or on barriers. On a Hopper GPU cuBLAS runs instructions compute_75 
 from __future__ import annotations
 
 import argparse
-import re
 import traceback
 from pathlib import Path
 
@@ -84,16 +83,10 @@ def ncu_probe() -> None:
 
 def parse_ncu(text: str) -> list[dict]:
     """Per profiled kernel, in launch order: ``{"kernel": "plain" | "ws", "stall_<reason>_pct": ...}``."""
-    rows, cur = [], None
-    for line in text.splitlines():
-        m = re.search(r"\b(w4a16_gemm_ws_kernel|w4a16_gemm_kernel)\b", line)
-        if m and not re.search(r"[a-z]__[a-z]", line):  # a kernel header, not a metric line
-            cur = {"kernel": "ws" if m.group(1) == "w4a16_gemm_ws_kernel" else "plain"}
-            rows.append(cur)
-            continue
-        m = re.search(r"smsp__warp_issue_stalled_(\w+?)_per_warp_active\.pct\s+\S+\s+([\d,.]+)", line)
-        if m and cur is not None:
-            cur[f"stall_{m.group(1)}_pct"] = float(m.group(2).replace(",", ""))
+    rows = []
+    for k, metrics in bench.ncu_kernels(text, r"\b(w4a16_gemm_ws_kernel|w4a16_gemm_kernel)\b"):
+        rows.append({"kernel": "ws" if k.group(1) == "w4a16_gemm_ws_kernel" else "plain",
+                     **bench.ncu_stall_shares(metrics)})
     return rows
 
 
