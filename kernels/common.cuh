@@ -171,20 +171,22 @@ inline int grid_for(long long work_items, int threads, int per_thread = 1) {
 // ------------------------------------------------------------------ software warp specialization
 // Producer warps move global memory into a 2-stage shared-memory ring with ordinary loads and
 // stores (sm_75 has no cp.async or TMA); consumer warps compute on it. Named barrier FULL(s) = 1 + s
-// hands stage it over in slot s = it % 2: producers bar.sync on it after storing the stage, consumers
-// bar.sync on it before reading. Every barrier counts all kThreads of the block (id 0 is
-// __syncthreads), so each one orders every access before it against every access after it, in all
-// warps, and no EMPTY barrier is needed: a producer passes FULL for stage it only once the
-// consumers have reached it, that is, finished stage it - 1, so slot (it + 1) % 2, which held stage
-// it - 1, is free when the producer stores stage it + 1 there. A bar.arrive hand-over would let the
-// producers run further ahead, but compute-sanitizer racecheck cannot follow it and reports
-// hazards on accesses it orders (tools/racecheck_probe); this protocol it can check.
+// hands stage it over in slot s = it % 2: producers wait on it after storing the stage, consumers
+// before reading. Every barrier counts all kThreads of the block (id 0 is __syncthreads), so each
+// one orders every access before it against every access after it, in all warps, and no EMPTY
+// barrier is needed: a producer passes FULL for stage it only once the consumers have reached it,
+// that is, finished stage it - 1, so slot (it + 1) % 2, which held stage it - 1, is free when the
+// producer stores stage it + 1 there. Every thread waits at each barrier, none only arrives:
+// racecheck reports hazards on accesses that a bar.arrive hand-over orders (tools/racecheck_probe).
 namespace ws {
 
 constexpr int kStages = 2;
 
+// barrier.sync, not bar.sync: bar.sync is barrier.sync.aligned, which promises that every warp of
+// a barrier generation waits at the same instruction; producers and consumers wait at different
+// ones (synccheck reports the aligned form here as a divergent barrier).
 __device__ __forceinline__ void bar_sync(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+  asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
 }
 
 // Producer loop over stages 0..n_iters-1: load(regs, it) issues stage it's global loads into

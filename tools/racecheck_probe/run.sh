@@ -1,24 +1,32 @@
 #!/usr/bin/env bash
-# racecheck on the bare barrier protocols of ws_barrier_probe.cu (variant 1: the bar.arrive ring the kernels used
-# first; 2: the same accesses ordered by __syncthreads alone; 3: t4::ws of kernels/common.cuh, the kernels'
-# protocol now), then on GPU tests of both warp-specialized kernels and of the plain fused kernel; logs under
-# $OUT/racecheck_probe. A few minutes on an H200.
-#   bash tools/racecheck_probe/run.sh
+# racecheck and synccheck on the bare barrier protocols of ws_barrier_probe.cu (1: the bar.arrive ring the kernels
+# used first; 2: the same accesses ordered by __syncthreads alone; 3: t4::ws of kernels/common.cuh, the kernels'
+# protocol now; 4: variant 1 with unaligned barriers); with FULL=1 also on GPU tests of both warp-specialized
+# kernels and of the plain fused kernel. Logs under $OUT/racecheck_probe; prints one summary line per run.
+#   bash tools/racecheck_probe/run.sh            # the probe alone: seconds
+#   FULL=1 bash tools/racecheck_probe/run.sh     # and the tests: a few minutes on an H200
 OUT=${OUT:-/tmp/out}
 d="$OUT/racecheck_probe"; mkdir -p "$d"
 here=$(dirname "$0")
 nvcc -arch=sm_75 -I "$here/../../kernels" -o "$d/probe" "$here/ws_barrier_probe.cu"
-for v in 1 2 3; do
+for v in 1 2 3 4; do
   "$d/probe" $v
-  compute-sanitizer --tool racecheck --racecheck-report all "$d/probe" $v > "$d/probe_racecheck_v$v.log" 2>&1
-  tail -1 "$d/probe_racecheck_v$v.log"
+  for tool in racecheck synccheck; do
+    extra=(); [ $tool = racecheck ] && extra=(--racecheck-report all)
+    compute-sanitizer --tool $tool "${extra[@]}" "$d/probe" $v > "$d/probe_${tool}_v$v.log" 2>&1
+    echo "  v$v $tool: $(grep -E 'SUMMARY' "$d/probe_${tool}_v$v.log" | tail -1)"
+  done
 done
-rc() {  # name, pytest args...
-  local name=$1; shift
-  compute-sanitizer --tool racecheck --racecheck-report all --print-limit 200 python3 -m pytest -q -p no:cacheprovider \
+[ "${FULL:-0}" = 1 ] || exit 0
+run() {  # name, tool, pytest args...
+  local name=$1 tool=$2; shift 2
+  local extra=(); [ $tool = racecheck ] && extra=(--racecheck-report all)
+  compute-sanitizer --tool $tool "${extra[@]}" --print-limit 200 python3 -m pytest -q -p no:cacheprovider \
     "$@" > "$d/$name.log" 2>&1
-  echo "$name: $(grep -E 'passed|failed' "$d/$name.log" | tail -1) | $(tail -1 "$d/$name.log")"
+  echo "$name: $(grep -E 'passed|failed' "$d/$name.log" | tail -1) | $(grep SUMMARY "$d/$name.log" | tail -1)"
 }
-rc fused_ws_racecheck tests/test_fused_adamw.py -k "warp_specialized_bit_identical or warp_specialized_any_grid"
-rc w4a16_ws_racecheck tests/test_w4a16_ws.py -k "bit_identical_for_any_grid_cap or captures_in_cuda_graph"
-rc fused_plain_racecheck tests/test_fused_adamw.py -k "fused_bit_identical_to_unfused"
+for tool in racecheck synccheck; do
+  run fused_ws_$tool $tool tests/test_fused_adamw.py -k "warp_specialized_bit_identical or warp_specialized_any_grid"
+  run w4a16_ws_$tool $tool tests/test_w4a16_ws.py -k "bit_identical_for_any_grid_cap or captures_in_cuda_graph"
+  run fused_plain_$tool $tool tests/test_fused_adamw.py -k "fused_bit_identical_to_unfused"
+done

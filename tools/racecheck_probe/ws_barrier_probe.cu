@@ -6,8 +6,9 @@
 //   1: a 3-stage ring with named barriers FULL (producers bar.arrive, consumers bar.sync) and EMPTY (consumers
 //      bar.arrive, producers bar.sync), the protocol the kernels used first;
 //   2: one stage at a time with __syncthreads alone (no named barrier), the same accesses in the same order;
-//   3: t4::ws::produce / consume of kernels/common.cuh, the kernels' protocol now (2-stage ring, bar.sync FULL
-//      on both sides).
+//   3: t4::ws::produce / consume of kernels/common.cuh, the kernels' protocol now (2-stage ring, FULL waited on
+//      by both sides with the unaligned barrier.sync);
+//   4: variant 1 with the unaligned barrier.arrive / barrier.sync in place of bar.arrive / bar.sync.
 // Each thread checks what it reads, so a real race would also show up as a wrong value (printed count).
 //   nvcc -arch=sm_75 -I kernels -o probe ws_barrier_probe.cu && compute-sanitizer --tool racecheck ./probe 3
 #include <cstdio>
@@ -25,8 +26,14 @@ struct Smem {
   };
 };
 
-__device__ __forceinline__ void named_sync(int id, int n) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory"); }
-__device__ __forceinline__ void named_arrive(int id, int n) { asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory"); }
+__device__ __forceinline__ void named_sync(bool aligned, int id, int n) {
+  if (aligned) asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+  else asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(bool aligned, int id, int n) {
+  if (aligned) asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+  else asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 
 struct ProbeRegs {
   int it;
@@ -81,23 +88,23 @@ __global__ void __launch_bounds__(kThreads) probe(int tiles, int n_iters, int va
       const int pt = threadIdx.x - kConsumers;
       for (int it = 0; it < n_iters; ++it) {
         const int s = it % kStages;
-        if (it >= kStages) named_sync(1 + kStages + s, kThreads);
+        if (it >= kStages) named_sync(variant == 1, 1 + kStages + s, kThreads);
         for (int i = pt; i < kBT * kLd; i += kProducers) {
           sm.ring[s].a[i / kLd][i % kLd] = (short)(tile + it);
           sm.ring[s].b[i / kLd][i % kLd] = (short)(tile - it);
         }
-        named_arrive(1 + s, kThreads);
+        named_arrive(variant == 1, 1 + s, kThreads);
       }
     } else {
       for (int it = 0; it < n_iters; ++it) {
         const int s = it % kStages;
-        named_sync(1 + s, kThreads);
+        named_sync(variant == 1, 1 + s, kThreads);
         for (int i = threadIdx.x; i < kBT * kLd; i += kConsumers) {
           const int a = sm.ring[s].a[i / kLd][i % kLd], b = sm.ring[s].b[i / kLd][i % kLd];
           wrong += (a != tile + it) + (b != tile - it);
           acc += a + b;
         }
-        if (it + kStages < n_iters) named_arrive(1 + kStages + s, kThreads);
+        if (it + kStages < n_iters) named_arrive(variant == 1, 1 + kStages + s, kThreads);
       }
     }
     __syncthreads();  // every stage consumed: the ring is dead
@@ -119,7 +126,8 @@ int main(int argc, char** argv) {
   probe<<<8, kThreads>>>(4, 64, variant, bad);
   int h = -1;
   cudaMemcpy(&h, bad, sizeof(int), cudaMemcpyDeviceToHost);
-  const char* what[] = {"", "bar.arrive ring", "__syncthreads only", "t4::ws bar.sync ring"};
+  const char* what[] = {"", "bar.arrive ring", "__syncthreads only", "t4::ws barrier.sync ring",
+                        "barrier.arrive ring"};
   printf("variant %d (%s): wrong values read: %d, %s\n", variant, what[variant],
          h, cudaGetErrorString(cudaGetLastError()));
   return 0;
