@@ -8,21 +8,23 @@
 OUT=${OUT:-/tmp/out}
 d="$OUT/racecheck_probe"; mkdir -p "$d"
 here=$(dirname "$0")
+sanitize() {  # tool, log, command...: the command under compute-sanitizer, all racecheck hazards reported
+  local tool=$1 log=$2; shift 2
+  local extra=(); [ "$tool" = racecheck ] && extra=(--racecheck-report all)
+  compute-sanitizer --tool "$tool" "${extra[@]}" --print-limit 200 "$@" > "$log" 2>&1
+}
 nvcc -arch=sm_75 -I "$here/../../kernels" -o "$d/probe" "$here/ws_barrier_probe.cu"
 for v in 1 2 3 4; do
   "$d/probe" $v
   for tool in racecheck synccheck; do
-    extra=(); [ $tool = racecheck ] && extra=(--racecheck-report all)
-    compute-sanitizer --tool $tool "${extra[@]}" "$d/probe" $v > "$d/probe_${tool}_v$v.log" 2>&1
+    sanitize $tool "$d/probe_${tool}_v$v.log" "$d/probe" $v
     echo "  v$v $tool: $(grep -E 'SUMMARY' "$d/probe_${tool}_v$v.log" | tail -1)"
   done
 done
 [ "${FULL:-0}" = 1 ] || exit 0
 run() {  # name, tool, pytest args...
   local name=$1 tool=$2; shift 2
-  local extra=(); [ $tool = racecheck ] && extra=(--racecheck-report all)
-  compute-sanitizer --tool $tool "${extra[@]}" --print-limit 200 python3 -m pytest -q -p no:cacheprovider \
-    "$@" > "$d/$name.log" 2>&1
+  sanitize $tool "$d/$name.log" python3 -m pytest -q -p no:cacheprovider "$@"
   echo "$name: $(grep -E 'passed|failed' "$d/$name.log" | tail -1) | $(grep SUMMARY "$d/$name.log" | tail -1)"
 }
 for tool in racecheck synccheck; do
