@@ -6,15 +6,33 @@ from pathlib import Path
 # The one repository URL; pyproject.toml's [project.urls] Repository declares the same (tested).
 REPOSITORY_URL = "https://github.com/t4lib/t4lib"
 
-# The first code cell of every notebook, verbatim (tests/test_install_cell.py compares each
-# notebook's to it). It cannot import t4lib (it is what installs it), so the URL is spelled out.
-INSTALL_CELL = f"""\
-# Colab / Kaggle: fetch and install t4lib (kernels are built from source on first use). Elsewhere: nothing.
-import os, subprocess, sys
+# The first code cell of every notebook is ``install_cell(extras)`` verbatim, with the extras of pyproject.toml
+# that the notebook imports (tests/test_install_cell.py derives them from the notebook's imports and compares).
+# It cannot import t4lib (it is what installs it), so the URL is spelled out. It keeps the runtime's torch
+# (a pip constraint pins the installed version), says what it installs, and offline (Kaggle with the internet
+# off) installs from attached wheels: T4LIB_GIT names a copy of the repository, T4LIB_WHEELS a folder of wheels.
+def install_cell(extras=()) -> str:
+    """The install cell for a notebook whose imports need ``extras`` (names of pyproject.toml's extras)."""
+    extras = sorted(set(extras))
+    spec = "./t4lib" + (f"[{','.join(extras)}]" if extras else "")
+    return f"""\
+# Colab / Kaggle: install t4lib with the extras this notebook imports ({", ".join(extras) or "none"}), keeping the
+# runtime's torch; kernels are built from source on first use. Elsewhere this cell does nothing.
+import os, shutil, subprocess, sys
 if ("google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ) and not os.path.isdir("t4lib"):
-    subprocess.run(["git", "clone", "--depth", "1", os.environ.get("T4LIB_GIT", "{REPOSITORY_URL}"), "t4lib"], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "t4lib[notebooks]"], check=True)
+    from importlib.metadata import version
+    src, wheels = os.environ.get("T4LIB_GIT", "{REPOSITORY_URL}"), os.environ.get("T4LIB_WHEELS")
+    if os.path.isdir(src):
+        shutil.copytree(src, "t4lib")
+    else:
+        subprocess.run(["git", "clone", "--depth", "1", src, "t4lib"], check=True)
+    with open("torch-constraint.txt", "w") as f:
+        f.write(f"torch=={{version('torch')}}\\n")
+    offline = ["--no-index", "--find-links", wheels, "--no-build-isolation"] if wheels else []
+    print(f"t4lib: pip install {spec} from {{src}} (torch {{version('torch')}} kept){{' offline from ' + wheels if wheels else ''}}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", "torch-constraint.txt", *offline, "-e", "{spec}"], check=True)
     sys.path.insert(0, os.path.abspath("t4lib"))"""
+
 
 PROFILES = ("auto", "cpu", "gpu", "t4", "kaggle-2xt4")
 

@@ -1,7 +1,19 @@
-"""Every notebook (those added later included) opens with the same Colab/Kaggle install cell, the
-one kept in t4lib.notebook, and it clones the repository pyproject.toml declares."""
+"""Every notebook (those added later included) opens with the Colab/Kaggle install cell of t4lib.notebook,
+installing exactly the extras of pyproject.toml that the notebook imports, from the repository pyproject.toml
+declares.
+
+The extras a notebook needs are derived from its code, not listed by hand: the imports of its code cells; the
+imports of every t4lib module it names (function-level ones included: those are what its calls run); and,
+transitively, the module-level imports of every t4lib module reached. Each third-party module maps to the
+distribution that provides it (pyproject.toml's requirement names, or the installed distributions' file
+lists); a module provided by a core dependency needs no extra, and one no extra declares (bitsandbytes, fla:
+optional baselines; IPython: part of every notebook runtime) is not asked of the cell.
+"""
+import ast
 import json
+import re
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -12,22 +24,168 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def _declared_repository() -> str:
+def _pyproject() -> dict:
     if sys.version_info >= (3, 11):
         import tomllib
     else:  # pragma: no cover - python 3.10
         import tomli as tomllib
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _declared_repository() -> str:
+    return _pyproject()["project"]["urls"]["Repository"]
+
+
+def _dist_name(requirement: str) -> str:
+    """``"transformers>=4.51"`` -> ``"transformers"``; names normalised as PEP 503 does, with ``_``."""
+    name = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement).group(1)
+    return re.sub(r"[-_.]+", "_", name).lower()
+
+
+def module_extras() -> dict[str, str | None]:
+    """Top-level module name -> the extra that installs it (``None``: a core dependency)."""
+    project = _pyproject()["project"]
+    by_dist: dict[str, str | None] = {}
+    for extra, reqs in project["optional-dependencies"].items():
+        for r in reqs:
+            by_dist.setdefault(_dist_name(r), extra)
+    for r in project["dependencies"]:
+        by_dist[_dist_name(r)] = None
+    modules = {d: e for d, e in by_dist.items()}  # a distribution's module is usually its name
+    for module, dists in metadata.packages_distributions().items():
+        for d in dists:
+            if _dist_name(d) in by_dist and (module not in modules or by_dist[_dist_name(d)] is None):
+                modules[module] = by_dist[_dist_name(d)]
+    return modules
+
+
+def _imports(tree: ast.AST, package: str, module_level_only: bool) -> set[str]:
+    """Absolute names imported in ``tree`` (``from a import b`` gives ``a`` and ``a.b``)."""
+    if module_level_only:
+        nodes, todo = [], list(getattr(tree, "body", []))
+        while todo:
+            n = todo.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            nodes.append(n)
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                todo += [c for c in getattr(n, field, []) if isinstance(c, ast.AST)]
+    else:
+        nodes = list(ast.walk(tree))
+    out = set()
+    for n in nodes:
+        if isinstance(n, ast.Import):
+            out |= {a.name for a in n.names}
+        elif isinstance(n, ast.ImportFrom):
+            base = n.module or ""
+            if n.level:
+                parts = package.split(".")[: len(package.split(".")) - n.level + 1]
+                base = ".".join(parts + ([n.module] if n.module else []))
+            out.add(base)
+            out |= {f"{base}.{a.name}" for a in n.names}
+    return out
+
+
+def _t4lib_file(module: str) -> Path | None:
+    p = ROOT.joinpath(*module.split("."))
+    if (p / "__init__.py").is_file():
+        return p / "__init__.py"
+    return p.with_suffix(".py") if p.with_suffix(".py").is_file() else None
+
+
+def _parse_module(module: str):
+    f = _t4lib_file(module)
+    if f is None:
+        return None, None
+    return ast.parse(f.read_text()), module if f.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def _code_cells(path: Path) -> list[str]:
+    return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+
+
+def notebook_imports(path: Path) -> set[str]:
+    """Top-level third-party (and stdlib) modules the notebook needs, by the rule in the docstring."""
+    named = set()
+    for src in _code_cells(path)[1:]:  # the install cell itself is not the notebook's code
+        src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+        named |= _imports(ast.parse(src), "", module_level_only=False)
+    todo = set(named)
+    for m in named:
+        if m.split(".")[0] == "t4lib":
+            tree, package = _parse_module(m)
+            if tree is not None:
+                todo |= _imports(tree, package, module_level_only=False)
+    seen, third_party = set(), set()
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        top = m.split(".")[0]
+        if top != "t4lib":
+            third_party.add(top)
+            continue
+        parts = m.split(".")
+        todo |= {".".join(parts[:i]) for i in range(1, len(parts))}
+        tree, package = _parse_module(m)
+        if tree is not None:
+            todo |= _imports(tree, package, module_level_only=True)
+    return third_party - set(sys.stdlib_module_names)
+
+
+def needed_extras(path: Path) -> set[str]:
+    extras = module_extras()
+    return {extras[m] for m in notebook_imports(path) if extras.get(m)}
 
 
 def test_install_cell_clones_the_declared_repository():
     assert notebook.REPOSITORY_URL == _declared_repository()
-    assert f'"{_declared_repository()}"' in notebook.INSTALL_CELL
+    assert f'"{_declared_repository()}"' in notebook.install_cell()
+
+
+def test_extras_map_covers_the_packages_the_notebooks_name():
+    extras = module_extras()
+    assert extras["trl"] == extras["peft"] == extras["datasets"] == extras["math_verify"] == "train"
+    assert extras["gguf"] == "gguf" and extras["matplotlib"] == "notebooks"
+    assert extras["torch"] is None and extras["numpy"] is None
+
+
+@pytest.mark.parametrize("extras", [(), ("notebooks",), ("gguf", "notebooks", "train")])
+def test_install_cell_installs_what_it_says_and_keeps_torch(extras):
+    cell = notebook.install_cell(extras)
+    compile(cell, "install_cell", "exec")
+    spec = "./t4lib" + (f"[{','.join(extras)}]" if extras else "")
+    assert f'"-e", "{spec}"' in cell and f"pip install {spec} " in cell
+    assert '"-c", "torch-constraint.txt"' in cell and "torch=={version('torch')}" in cell
+    assert 'google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ' in cell
+
+
+def test_install_cell_does_nothing_outside_colab_and_kaggle(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    exec(notebook.install_cell(("notebooks", "train")), {})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_derivation_finds_the_training_and_gguf_stacks():
+    by_stem = {p.stem[:2]: needed_extras(p) for p in NOTEBOOKS}
+    for stem in ("05", "06"):
+        if stem in by_stem:
+            assert "train" in by_stem[stem], f"notebook {stem}: TRL/PEFT/datasets/math-verify not found"
+    if "07" in by_stem:
+        assert {"gguf", "train"} <= by_stem["07"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_first_code_cell_is_the_install_cell(path):
-    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+def test_first_code_cell_installs_the_extras_the_notebook_imports(path):
+    cells = _code_cells(path)
     assert cells, f"{path.name} has no code cell"
-    assert "".join(cells[0]["source"]) == notebook.INSTALL_CELL, (
-        f"{path.name}: the first code cell differs from t4lib.notebook.INSTALL_CELL; paste that string")
+    need = needed_extras(path)
+    m = re.search(r'"-e", "\./t4lib(?:\[([a-z,]*)\])?"', cells[0])
+    has = set(m.group(1).split(",")) if m and m.group(1) else set()
+    assert need <= has, (f"{path.name}: its imports need the extras {sorted(need)}, the install cell installs "
+                         f"{sorted(has)}; paste t4lib.notebook.install_cell({sorted(need)})")
+    assert cells[0] == notebook.install_cell(need), (
+        f"{path.name}: the first code cell differs from t4lib.notebook.install_cell({sorted(need)}); paste that")
