@@ -26,12 +26,8 @@ ITEMS = [("apples", "apple"), ("pencils", "pencil"), ("books", "book"), ("stamps
          ("stickers", "sticker"), ("coins", "coin"), ("beads", "bead"), ("eggs", "egg"),
          ("oranges", "orange"), ("pens", "pen"), ("buttons", "button"), ("cups", "cup")]
 
-# Reserved for the quarantined honesty eval set only.
-QUARANTINE_NAMES = ["Quentin", "Ulla", "Xavier", "Beatrix", "Ignatius", "Odessa",
-                    "Thaddeus", "Wilhelmina", "Cosimo", "Henrietta", "Evander", "Philippa"]
-QUARANTINE_ITEMS = [("lanterns", "lantern"), ("thimbles", "thimble"), ("kettles", "kettle"),
-                    ("harmonicas", "harmonica"), ("compasses", "compass"), ("acorns", "acorn"),
-                    ("teapots", "teapot"), ("candles", "candle")]
+# Reserved for the quarantined honesty eval set only (one list, shared with the procedural corpus's pools).
+from t4lib.models.pools import QUARANTINE_ITEMS, QUARANTINE_NAMES  # noqa: E402,F401
 
 
 def sha256_file(path) -> str:

@@ -78,6 +78,13 @@ class Preset:
     eval_honesty: int = 150
     eval_batch: int = 64
     threads: int | None = None
+    # data: "files" (the committed data/*.jsonl, repeated) or "procedural" (t4lib.models.procedural,
+    # generated while training in `workers` processes, never repeated)
+    corpus: str = "files"
+    tokenizer: str = "tokenizer"     # directory under data/
+    workers: int = 7
+    eval_n: int | None = None        # procedural corpus: records per held-out set evaluated (None: all)
+    compile: bool = False            # torch.compile the training forward (falls back to eager on failure)
     extra: dict = field(default_factory=dict)
 
 
@@ -97,6 +104,16 @@ PRESETS = {
                        num_key_value_heads=2, intermediate_size=1024, steps=2000, batch_size=32,
                        seq_len=256, lr=2e-3, warmup=100, weight_decay=0.3, drills=60000, math_repeat=3,
                        chat_fraction=0.0, eval_math=400, eval_copy=300, eval_batch=128),
+    # small-gpu: a model that reads and copies. Trained on the procedural corpus (open vocabularies, a
+    # sentence grammar, never a repeated document), 3200 steps of 64 x 1024 tokens (210M tokens); the
+    # learning rate was chosen on the validation split between two arms (labs/small_gpu_recipe/).
+    "small-gpu": Preset("small-gpu", hidden_size=384, num_hidden_layers=8, num_attention_heads=6,
+                        num_key_value_heads=2, intermediate_size=1536, steps=3200, batch_size=64, seq_len=1024,
+                        lr=2e-3, warmup=200, weight_decay=0.1, prompt_weight=0.25, drills=0,
+                        corpus="procedural", tokenizer="tokenizer_open", workers=7, compile=True, eval_batch=128),
+    "micro-open": Preset("micro-open", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, steps=3, batch_size=2, seq_len=128, lr=1e-3,
+                         warmup=1, drills=0, corpus="procedural", tokenizer="tokenizer_open", workers=1, eval_n=4),
     "micro": Preset("micro", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                     num_key_value_heads=1, intermediate_size=64, steps=4, batch_size=4, seq_len=64,
                     lr=1e-3, warmup=1, eval_math=4, eval_copy=4, eval_honesty=4, eval_batch=4, drills=50),
@@ -139,7 +156,7 @@ def model_config(preset: Preset | str, vocab_size: int, eos_id: int, pad_id: int
     return Qwen2Config(
         vocab_size=vocab, hidden_size=p.hidden_size, intermediate_size=p.intermediate_size,
         num_hidden_layers=p.num_hidden_layers, num_attention_heads=p.num_attention_heads,
-        num_key_value_heads=p.num_key_value_heads, max_position_embeddings=1024,
+        num_key_value_heads=p.num_key_value_heads, max_position_embeddings=max(1024, 2 * p.seq_len),
         rope_theta=10000.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
         bos_token_id=eos_id, eos_token_id=eos_id, pad_token_id=pad_id,
         use_sliding_window=False)
@@ -413,6 +430,9 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if p.threads and device == "cpu":
         torch.set_num_threads(p.threads)
+    if p.corpus == "procedural":
+        return train_streamed(p, out, device=device, evaluate_after=evaluate_after, progress=progress,
+                              command=_command(p.name, steps, overrides))
     t0 = time.time()
     tok = load_tokenizer()
     docs = corpus.pretrain_pairs(seed=p.seed, chat_fraction=p.chat_fraction, math_repeat=p.math_repeat)
@@ -474,8 +494,7 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
         final_loss=sum(tail) / len(tail), final_loss_window=len(tail),
         loss_every_10=[round(x, 4) for x in losses[::10]],
         train_seconds=round(train_s, 1), versions=_versions(),
-        command=(f"python -m t4lib.models.tiny train --preset {p.name}" + (f" --steps {steps}" if steps else "")
-                 + "".join(f" --set {k}={v}" for k, v in (overrides or {}).items())),
+        command=_command(p.name, steps, overrides),
     )
     if p.threads and device == "cpu":
         record["cpu_threads"] = torch.get_num_threads()
@@ -496,7 +515,130 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     return record
 
 
-def save(model, tokenizer, out):
+def _command(preset: str, steps, overrides) -> str:
+    return (f"python -m t4lib.models.tiny train --preset {preset}" + (f" --steps {steps}" if steps else "")
+            + "".join(f" --set {k}={v}" for k, v in (overrides or {}).items()))
+
+
+def _optimizer(model, p: Preset, device: str):
+    import torch
+    decay = [q for n, q in model.named_parameters() if q.ndim >= 2]
+    no_decay = [q for n, q in model.named_parameters() if q.ndim < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
+                              {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=(0.9, 0.95),
+                             **({"fused": True} if device.startswith("cuda") else {}))
+
+
+def _weighted_loss(model, batch, wts):
+    import torch
+    logits = model(input_ids=batch[:, :-1]).logits
+    nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
+                                            batch[:, 1:].reshape(-1), reduction="none")
+    return (nll * wts.reshape(-1)).sum() / wts.sum().clamp_min(1.0)
+
+
+def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = True, progress: bool = True,
+                   command: str = "") -> dict:
+    """Pretrain ``p`` on the procedural corpus generated while it trains (``p.workers`` processes), then
+    evaluate the saved fp16 weights on the validation and test splits (:mod:`t4lib.models.open_eval`).
+    Records the generator's tokens/s alone, the trainer's tokens/s and the time the GPU waited for data."""
+    import torch
+    from tqdm.auto import tqdm
+
+    from .. import results
+    from . import open_eval, packing, procedural
+    t0 = time.time()
+    tok_dir = corpus.data_dir() / p.tokenizer
+    tok = load_tokenizer(tok_dir)
+    stream = packing.PackedStream(str(tok_dir), p.seed, p.seq_len, p.batch_size, p.prompt_weight)
+    generator = packing.generator_rate(stream, p.workers, seconds=8.0 if device.startswith("cuda") else 2.0)
+    model = build_model(p, tok, seed=p.seed).to(device)
+    model.train()
+    opt = _optimizer(model, p, device)
+    amp_dtype = (torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16) \
+        if device.startswith("cuda") else None
+    scaler = torch.amp.GradScaler("cuda") if amp_dtype == torch.float16 else None
+    loss_fn = _weighted_loss
+    compiled = False
+    if p.compile and device.startswith("cuda"):
+        loss_fn, compiled = torch.compile(_weighted_loss), True
+    losses, wait_s = [], 0.0
+    batches = iter(packing.loader(stream, p.workers))
+    bar = tqdm(range(p.steps), desc=f"train {p.name}", unit="step", disable=not progress, file=sys.stderr)
+    t_train = time.time()
+    for step in bar:
+        tw = time.perf_counter()
+        batch, wts = next(batches)
+        batch = batch.to(device, non_blocking=True)
+        wts = wts.to(device, non_blocking=True)
+        wait_s += time.perf_counter() - tw
+        for g in opt.param_groups:
+            g["lr"] = _lr_at(step, p)
+        with torch.autocast(device_type="cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
+            try:
+                loss = loss_fn(model, batch, wts)
+            except Exception as err:  # noqa: BLE001  (a compiler failure: train eagerly, say so in the record)
+                if not compiled:
+                    raise
+                print(f"torch.compile failed ({type(err).__name__}: {err}); training eagerly", file=sys.stderr)
+                loss_fn, compiled = _weighted_loss, False
+                loss = loss_fn(model, batch, wts)
+        opt.zero_grad(set_to_none=True)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+        if step % 10 == 0 or step == p.steps - 1:
+            losses.append((step, loss.item()))
+            bar.set_postfix(loss=f"{losses[-1][1]:.3f}")
+    bar.close()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    train_s = time.time() - t_train
+    del batches
+    tokens = p.steps * p.batch_size * p.seq_len
+    tail = [v for _, v in losses[-max(1, min(20, len(losses) // 5)):]]
+    import faker
+    record = dict(
+        preset=p.name, preset_config={k: v for k, v in asdict(p).items() if k != "extra"},
+        n_params=n_params(model), model_config=model.config.to_dict(),
+        device=device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        autocast=str(amp_dtype) if amp_dtype else None, compiled=compiled,
+        corpus=dict(generator="t4lib.models.procedural", split="train", documents="generated while training, "
+                    "never repeated", mix=procedural.MIX, faker=faker.VERSION),
+        tokenizer=p.tokenizer, tokenizer_sha256=corpus.sha256(f"{p.tokenizer}/tokenizer.json"),
+        steps=p.steps, tokens_seen=tokens, final_loss=sum(tail) / len(tail),
+        loss_every_10=[[s_, round(v, 4)] for s_, v in losses],
+        train_seconds=round(train_s, 1), trainer_tokens_per_s=round(tokens / train_s),
+        data_wait_seconds=round(wait_s, 2), generator_tokens_per_s=round(generator["tokens_per_s"]),
+        generator_workers=p.workers, versions=_versions(), command=command,
+        provenance=results.provenance(), date=results.now(),
+    )
+    model = model.to(dtype=torch.float16).to(dtype=torch.float32)
+    record["eval_weights"] = "the saved fp16 checkpoint, computed in fp32"
+    if evaluate_after:
+        t_eval = time.time()
+        record["eval"] = {split: open_eval.evaluate(model, tok, split, device, n=p.eval_n)
+                          for split in ("validation", "test")}
+        record["eval_seconds"] = round(time.time() - t_eval, 1)
+    record["wall_seconds"] = round(time.time() - t0, 1)
+    save(model, tok, out, tok_dir)
+    (out / "training_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    try:
+        plot_loss([v for _, v in losses], out / "loss_curve.png",
+                  f"{p.name}: {record['n_params'] / 1e6:.1f}M params, {tokens / 1e6:.0f}M tokens (loss every 10 steps)")
+    except ImportError as err:  # matplotlib missing: the checkpoint and record are already saved
+        print(f"loss plot skipped: {err}", file=sys.stderr)
+    return record
+
+
+def save(model, tokenizer, out, tokenizer_source=None):
     """fp16 safetensors checkpoint + tokenizer in ``out``."""
     import torch
     out = Path(out)
@@ -506,7 +648,7 @@ def save(model, tokenizer, out):
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.save_pretrained(str(out), safe_serialization=True)
     tokenizer.save_pretrained(str(out))
-    src = tokenizer_dir() / "tokenizer_config.json"
+    src = Path(tokenizer_source or tokenizer_dir()) / "tokenizer_config.json"
     if src.is_file():  # keep the portable (4.5x and 5.x) tokenizer config
         (out / "tokenizer_config.json").write_bytes(src.read_bytes())
 
