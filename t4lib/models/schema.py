@@ -34,7 +34,8 @@ outside them but whitespace::
     <answer> the final value (integer or reduced fraction p/q) </answer>
 
 A trace is *certified* when every ``<compute>`` and ``<verify>`` line is an
-exact identity under SymPy rational arithmetic, the number of compute lines
+exact identity in rational arithmetic (parsed by the grammar of
+:mod:`t4lib.models.answers`, which runs no code), the number of compute lines
 equals the number of plan steps, the last compute value equals the
 ``<answer>``, and the answer equals the record's independently computed
 answer (see :func:`certify_trace`).
@@ -43,6 +44,9 @@ answer (see :func:`certify_trace`).
 from __future__ import annotations
 
 import re
+from fractions import Fraction
+
+from .answers import Unparseable, parse_rational
 
 #: the five trace tags, in the order they must appear
 TRACE_TAGS = ("understand", "plan", "compute", "verify", "answer")
@@ -92,7 +96,8 @@ def copy_prompt(instruction: str, input_text: str) -> str:
     return f"Task: {instruction}\nInput:\n{input_text}\nOutput:\n"
 
 
-_ANSWER_RE = re.compile(r"answer is\s*(-?\d+(?:\s*/\s*\d+)?)")
+# ASCII digits only: ``\d`` would also take Unicode digits, which the answer grammar refuses
+_ANSWER_RE = re.compile(r"answer is\s*(-?[0-9]+(?:\s*/\s*[0-9]+)?)")
 
 
 def extract_answer(text: str) -> str | None:
@@ -106,28 +111,20 @@ def extract_answer(text: str) -> str | None:
         return None
     try:
         return normalize_answer(m.group(1))
-    except ValueError:  # generated text such as "3/0": no number, so no answer
+    except Unparseable:  # generated text such as "3/0" or 200 digits: no number, so no answer
         return None
 
 
 def normalize_answer(value) -> str:
-    """Canonical string of an exact rational: ``"17"``, ``"-3/4"`` (``"02"`` -> ``"2"``). ValueError when
-    ``value`` is no exact rational number."""
-    from fractions import Fraction
-
-    text = str(value).replace(" ", "")
+    """Canonical string of an exact rational: ``"17"``, ``"-3/4"`` (``"02"`` -> ``"2"``, ``"0.5"`` -> ``"1/2"``,
+    ``"12%"`` -> ``"3/25"``). Text is parsed by :func:`t4lib.models.answers.parse_rational` (a grammar, no code
+    runs); :class:`~t4lib.models.answers.Unparseable` (a ValueError) when ``value`` is no exact rational."""
+    if isinstance(value, (int, Fraction)) and not isinstance(value, bool):
+        return str(Fraction(value))
     try:
-        return str(Fraction(text))  # integers, p/q, decimals, leading zeros
-    except (ValueError, ZeroDivisionError):
-        pass
-    import sympy
-    try:
-        r = sympy.nsimplify(text, rational=True)
-    except (sympy.SympifyError, TypeError, ValueError, ZeroDivisionError) as e:
-        raise ValueError(f"answer {value!r} is not an exact rational number") from e
-    if not r.is_Rational:
-        raise ValueError(f"answer {value!r} is not an exact rational number")
-    return str(sympy.Rational(r))
+        return str(parse_rational(str(value)))
+    except Unparseable as e:
+        raise Unparseable(f"answer {str(value)[:80]!r} is not an exact rational number ({e})") from None
 
 
 # ----------------------------------------------------------------------------- traces
@@ -148,10 +145,16 @@ def render_trace(understand: str, plan: list[str], compute: list[str],
             f"<answer>{answer}</answer>")
 
 
+#: longest text read as a trace (many times a real one: a generated completion is untrusted input)
+MAX_TRACE_CHARS = 65536
+
+
 def parse_trace(text: str) -> dict:
     """Split a trace into its five sections; ValueError naming what is wrong."""
     if not isinstance(text, str):
         raise ValueError("trace must be a string")
+    if len(text) > MAX_TRACE_CHARS:
+        raise ValueError(f"trace: {len(text)} characters, more than {MAX_TRACE_CHARS}")
     for t in TRACE_TAGS:
         for tok in (f"<{t}>", f"</{t}>"):
             n = text.count(tok)
@@ -173,23 +176,25 @@ class FalseStepError(ValueError):
 
 
 def check_identity(line: str, where: str):
-    """The value of a step ``<arithmetic> = <number>``; ValueError naming the line when it is malformed,
+    """The exact value (a Fraction) of a step ``<arithmetic> = <number>``; ValueError naming the line when it is
+    malformed or does not evaluate (a division by zero, a size limit of :mod:`t4lib.models.answers`),
     :class:`FalseStepError` when it is false."""
-    import sympy
     if line.count("=") != 1:
-        raise ValueError(f"trace: {where} line {line!r} must have exactly one '='")
+        raise ValueError(f"trace: {where} line {line[:120]!r} must have exactly one '='")
     lhs, rhs = (s.strip() for s in line.split("="))
-    if not re.fullmatch(r"[0-9+\-*/() .]+", lhs) or not re.fullmatch(r"-?\d+(/\d+)?", rhs):
-        raise ValueError(f"trace: {where} line {line!r} is not '<arithmetic> = <number>'")
-    lv = sympy.sympify(lhs, rational=True)
-    rv = sympy.sympify(rhs, rational=True)
-    if sympy.simplify(lv - rv) != 0:
+    if not re.fullmatch(r"[0-9+\-*/() .]+", lhs) or not re.fullmatch(r"-?[0-9]+(/[0-9]+)?", rhs):
+        raise ValueError(f"trace: {where} line {line[:120]!r} is not '<arithmetic> = <number>'")
+    try:
+        lv, rv = parse_rational(lhs), parse_rational(rhs)
+    except Unparseable as e:
+        raise ValueError(f"trace: {where} line {line[:120]!r} does not evaluate ({e})") from None
+    if lv != rv:
         raise FalseStepError(f"trace: {where} line {line!r} is false ({lhs} = {lv})")
-    return sympy.Rational(rv)
+    return rv
 
 
 def certify_trace(text: str, expected_answer: str | None = None) -> dict:
-    """Validate the schema and re-check every step with SymPy.
+    """Validate the schema and re-check every step in exact rational arithmetic (:func:`check_identity`).
 
     Returns the parsed sections plus ``values`` (compute results). Raises
     ValueError (naming the offending line) if anything fails.

@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..models import schema
+from ..models.answers import Unparseable
 
 #: columns an SFT data set must have (TRL's prompt/completion format)
 REQUIRED_COLUMNS = ("prompt", "completion")
@@ -87,8 +88,8 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
                 raise _Reject("missing_field", f"record has no {', '.join(missing)}")
             try:
                 gold = schema.normalize_answer(r["answer"])
-            except (ValueError, TypeError, SyntaxError) as e:
-                raise _Reject("unparseable_gold", f"answer {r['answer']!r}: {e}") from None
+            except Unparseable as e:
+                raise _Reject("unparseable_gold", str(e)) from None
             if certify:
                 try:
                     schema.certify_trace(r["trace"], gold)
@@ -180,7 +181,8 @@ def strip_turn_end(text: str) -> str:
 
 def parse_completion(text: str) -> ParsedCompletion:
     """Schema validity of a completion: all five tags, in order, once each, non-empty,
-    nothing outside them, and an ``<answer>`` that parses as an exact rational.
+    nothing outside them, and an ``<answer>`` that parses as an exact rational (by the answer grammar of
+    :mod:`t4lib.models.answers`: never raises on text, whatever it holds).
     (Arithmetic truth is not checked here: that is :func:`schema.certify_trace`.)"""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
@@ -191,9 +193,7 @@ def parse_completion(text: str) -> ParsedCompletion:
         return ParsedCompletion(False, error=str(e))
     try:
         schema.normalize_answer(sec["answer"])
-    except (ValueError, TypeError, SyntaxError) as e:
-        return ParsedCompletion(False, sections=sec, error=f"trace: <answer> {sec['answer']!r} does not parse ({e})")
-    except Exception as e:  # sympy raises its own errors on odd text
-        return ParsedCompletion(False, sections=sec, error=f"trace: <answer> {sec['answer']!r} does not parse "
-                                                         f"({type(e).__name__})")
+    except Unparseable as e:
+        return ParsedCompletion(False, sections=sec,
+                                error=f"trace: <answer> {sec['answer'][:80]!r} does not parse ({e})")
     return ParsedCompletion(True, sections=sec, answer=sec["answer"])

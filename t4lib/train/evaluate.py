@@ -1,9 +1,11 @@
 """Evaluation of math answers: exact match, schema validity, grounded pass.
 
-* **exact match**: the gold answer is parsed first with ``math_verify.parse``
-  (SymPy's exact rationals where it cannot parse); the prediction likewise;
-  ``math_verify.verify(gold, pred)`` decides, exact rational equality when
-  math-verify parsed neither side.
+* **exact match**: gold and prediction are parsed as exact rationals by the
+  answer grammar (:mod:`t4lib.models.answers`: no code runs, sizes bounded);
+  where both parse, rational equality decides. Otherwise ``math_verify.verify``
+  decides on ``math_verify.parse`` of each side, called only on text that
+  :func:`math_verify_safe` admits (short, a whitelist of LaTeX commands, at most
+  one small power, no factorial), so that no answer can make SymPy hang.
 * **schema validity**: :func:`t4lib.train.data.parse_completion`.
 * **grounded pass**: schema-valid *and* correct (the answer taken from ``<answer>``).
 
@@ -24,10 +26,12 @@ from __future__ import annotations
 
 import math
 import re
+import threading
 from collections import defaultdict
 from pathlib import Path
 
 from ..models import schema
+from ..models.answers import rational_or_none
 from .data import chat_prompt, parse_completion, strip_turn_end
 
 FORMATS = ("tags", "plain")
@@ -87,38 +91,82 @@ def _external_records(source: str, split: str) -> list[dict]:
 
 # ----------------------------------------------------------------------------- answers
 
-def parse_gold(answer) -> tuple:
-    """``(math_verify parse, sympy Rational or None)`` of a gold answer; ValueError when neither parses."""
+#: longest text handed to math-verify
+MATH_VERIFY_MAX_CHARS = 200
+# LaTeX commands math-verify may see: the forms of a number, a fraction, a root or a boxed answer. Any other
+# (\Gamma, \binom, \sum, ...) may ask SymPy for an unbounded computation.
+_LATEX_OK = frozenset(("frac", "dfrac", "tfrac", "sqrt", "pi", "boxed", "left", "right", "cdot", "times", "div",
+                       "text", "mathrm", "mathbf", "%", "$", ",", ";", "!", " ", "{", "}", "dots", "ldots"))
+_LATEX_CMD = re.compile(r"\\([A-Za-z]+|.)")
+_POWER = re.compile(r"\*\*|\^")
+# a power whose exponent is at most two digits or one letter, and not itself raised to a power
+_SMALL_POWER = re.compile(r"(?:\*\*|\^)\s*(?:\{\s*[-+]?\s*(?:[0-9]{1,2}|[A-Za-z])\s*\}|[-+]?[0-9]{1,2}(?![0-9.])|"
+                          r"[A-Za-z](?![A-Za-z]))")
+
+
+def math_verify_safe(text: str) -> bool:
+    """Whether ``text`` may go to ``math_verify.parse``: at most :data:`MATH_VERIFY_MAX_CHARS` printable ASCII
+    characters, no literal over 100 digits, LaTeX commands of ``_LATEX_OK`` only, no factorial, at most one power
+    with a small exponent. math-verify parses expressions with SymPy (``parse_expr`` only on digits and
+    operators, LaTeX by a grammar), so it runs no code from the text; what it can do is ask for a huge
+    number (``9^9^9``, ``100000!``) that no timeout interrupts."""
+    if len(text) > MATH_VERIFY_MAX_CHARS or not text.isascii() or not text.isprintable():
+        return False
+    if re.search(r"[0-9]{101}", text) or re.search(r"(?<!\\)!", text):
+        return False
+    if any(c not in _LATEX_OK for c in _LATEX_CMD.findall(text)):
+        return False
+    n = len(_POWER.findall(text))
+    return n == 0 or (n == 1 and _SMALL_POWER.search(text) is not None)
+
+
+def _math_verify_timeout() -> int | None:
+    # math-verify times out with signal.alarm, which only the main thread may set; elsewhere the bounds of
+    # math_verify_safe are the guard
+    return 1 if threading.current_thread() is threading.main_thread() else None
+
+
+def _mv_parse(text: str) -> list:
+    """``math_verify.parse`` of ``text``, or [] where it is not :func:`math_verify_safe` or does not parse."""
     from math_verify import parse
 
+    if not text or not math_verify_safe(text):
+        return []
+    try:
+        return parse(text, parsing_timeout=_math_verify_timeout())
+    except Exception:  # math-verify and SymPy raise many error types on odd text: it does not parse
+        return []
+
+
+def parse_gold(answer) -> tuple:
+    """``(math_verify parse, Fraction or None)`` of a gold answer; ValueError when neither parses."""
     text = str(answer).strip()
-    mv = parse(text) if text else []
-    exact = _rational(text)
+    mv = _mv_parse(text)
+    exact = rational_or_none(text)
     if not mv and exact is None:
-        raise ValueError(f"gold answer {answer!r} does not parse (math-verify nor SymPy)")
+        raise ValueError(f"gold answer {str(answer)[:80]!r} does not parse (math-verify nor the answer grammar)")
     return mv, exact
 
 
-def _rational(text: str):
-    import sympy
-    try:
-        r = sympy.nsimplify(text.replace(" ", ""), rational=True)
-    except Exception:  # SymPy raises many error types on arbitrary text
-        return None
-    return sympy.Rational(r) if getattr(r, "is_Rational", False) else None
-
-
 def is_correct(gold: tuple, pred: str | None) -> bool:
-    """``gold`` from :func:`parse_gold`; ``pred`` the predicted answer text (None: no answer)."""
-    from math_verify import parse, verify
+    """``gold`` from :func:`parse_gold`; ``pred`` the predicted answer text (None: no answer). Never raises on
+    text: what parses neither as a rational nor (bounded) by math-verify is not correct."""
+    from math_verify import verify
 
     if pred is None or not str(pred).strip():
         return False
+    text = str(pred).strip()
     mv_gold, exact_gold = gold
-    mv_pred = parse(str(pred).strip())
-    if mv_gold and mv_pred:
-        return bool(verify(mv_gold, mv_pred))
-    return exact_gold is not None and _rational(str(pred)) == exact_gold
+    exact = rational_or_none(text)
+    if exact_gold is not None and exact is not None:
+        return exact == exact_gold
+    mv_pred = _mv_parse(text) if mv_gold else []
+    if not mv_pred:
+        return False
+    try:
+        return bool(verify(mv_gold, mv_pred, timeout_seconds=_math_verify_timeout()))
+    except Exception:  # a comparison SymPy cannot make is no match
+        return False
 
 
 # ----------------------------------------------------------------------------- generation
@@ -216,7 +264,7 @@ _NUMBER = re.compile(r"\d+(?:\.\d+)?")
 def failure_kind(question: str, output: str) -> str:
     """Why a wrong tag-format answer is wrong, first cause in this order: ``schema`` (not schema-valid),
     ``misread`` (a number in ``<understand>``'s Given part that the question does not contain), ``arithmetic``
-    (a ``<compute>`` line that SymPy finds false), ``plan`` (the numbers read and every step computed right:
+    (a ``<compute>`` line that is false in exact arithmetic), ``plan`` (the numbers read and every step computed right:
     the operations are the wrong ones), ``unchecked`` (a compute line that is not ``<arithmetic> = <number>``).
     A diagnostic for reading failures by structure, not a score."""
     p = parse_completion(output)

@@ -177,7 +177,8 @@ def _texts(completions, completion_ids, tokenizer):
 
 class HonestyReward:
     """TRL reward function (``REWARDS`` of :mod:`.rewards`) that also logs, per step, the fraction of
-    training traps abstained on and of answerable prompts falsely abstained on."""
+    training traps abstained on, of answerable prompts falsely abstained on, and of completions with no
+    parseable answer (``honesty/unparsed``: whatever the policy writes is scored, never raised)."""
 
     def __init__(self, tokenizer=None, fmt: str = "plain"):
         self.tokenizer, self.fmt, self.trainer = tokenizer, fmt, None
@@ -189,6 +190,8 @@ class HonestyReward:
             m = self.trainer._metrics["train" if self.trainer.model.training else "eval"]
             traps = [o for o, t in zip(outs, target) if t == schema.ABSTAIN_TAG]
             ans = [o for o, t in zip(outs, target) if t != schema.ABSTAIN_TAG]
+            if outs:
+                m["honesty/unparsed"].append(outs.count("unparsed") / len(outs))
             if traps:
                 m["honesty/trap_abstention"].append(traps.count("abstain_correct") / len(traps))
             if ans:

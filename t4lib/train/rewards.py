@@ -34,7 +34,7 @@ REWARDS = {"correct": 1.0, "abstain_correct": 1.0, "answered_trap": -1.0, "false
            "wrong": 0.0, "unparsed": -0.25}
 FORMATS = ("plain", "tags")
 FORMAT_BONUS = 0.1
-_PLAIN_RE = re.compile(r"^ (?:[^\n]*?\. )?The answer is -?\d+(?:/\d+)?\.$|^ " + re.escape(schema.ABSTAIN_TAG) + "$")
+_PLAIN_RE = re.compile(r"^ (?:[^\n]*?\. )?The answer is -?[0-9]+(?:/[0-9]+)?\.$|^ " + re.escape(schema.ABSTAIN_TAG) + "$")
 
 
 def _text(completion) -> str:
@@ -51,7 +51,8 @@ def _clean(text: str) -> str:
 
 
 def predicted(completion, fmt: str = "plain") -> str | None:
-    """``"abstain"``, a normalised value, or None (nothing parseable)."""
+    """``"abstain"``, a normalised value, or None (nothing parseable: the answer grammar of
+    :mod:`t4lib.models.answers` runs no code and refuses what it cannot bound, so this never raises on text)."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be one of {FORMATS}, got {fmt!r}")
     text = _clean(_text(completion))
