@@ -105,7 +105,8 @@ def _report(args) -> int:
 
     text = results.report()
     if args.out:
-        Path(args.out).write_text("# Results\n\n" + results.LAYOUT_MD + "\n## Figures\n\nEvery figure under "
+        Path(args.out).write_text("# Results\n\n" + results.LAYOUT_MD + "\n" + readme_results.records()
+                                  + "\n## Figures\n\nEvery figure under "
                                   "`results/`, with its tag, device and provenance (whether the kernel sources "
                                   "changed since it was measured; `python -m t4lib report --out results/README.md` "
                                   "writes this file).\n\n" + text)

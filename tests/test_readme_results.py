@@ -1,4 +1,5 @@
-"""The README's results table is generated from results/ (t4lib/readme_results.md), not typed."""
+"""The README's results table (t4lib/readme_summary.md) and the records of results/README.md
+(t4lib/readme_results.md) are generated from results/, not typed."""
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_readme_table_is_what_the_results_generate():
     assert R.section((ROOT / "README.md").read_text()) == R.render(), (
         "README.md's results table differs from what results/ generates: run "
-        "'python -m t4lib report --readme README.md' (and edit t4lib/readme_results.md, not the README)")
+        "'python -m t4lib report --readme README.md' (and edit t4lib/readme_summary.md, not the README)")
 
 
 def test_placeholders_format_figures_and_name_what_is_missing(tmp_path):
@@ -56,3 +57,22 @@ def test_records_are_read_by_key_path(tmp_path):
     assert R.render("{{data:models/tiny-cpu/training_record.json|n_params|d}}") == str(rec["n_params"])
     with pytest.raises(KeyError, match="does not exist"):
         R.render("{{data:models/none/training_record.json|n_params|d}}")
+
+
+def test_sources_mark_says_whether_the_files_are_at_todays_sources(tmp_path, monkeypatch):
+    monkeypatch.setattr(results, "current_sources_sha256", lambda: "a" * 64)
+    fig = results.figure("k/t", 2.0, "x", "ARITHMETIC", "s", note="a ratio")
+    (tmp_path / "dev").mkdir()
+    for name, prov in (("now", {"commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}),
+                       ("old", {"commit": "0123456789abcdef", "dirty": False, "sources_sha256": "b" * 64}),
+                       ("none", None)):
+        doc = {"schema": 1, "figures": [fig]} | ({"provenance": prov} if prov else {})
+        (tmp_path / "dev" / f"{name}.json").write_text(json.dumps(doc))
+    row = "| {{dev/%s.json|k/t|.1f}} | {{sources}} |"
+    assert R.render(row % "now", tmp_path) == "| 2.0 | current |"
+    assert R.render(row % "old", tmp_path) == "| 2.0 | changed since |"
+    assert R.render("| {{dev/none.json|k/t|.1f}} {{dev/old.json|k/t|.1f}} | {{sources}} |", tmp_path) == \
+        "| 2.0 2.0 | changed since / not recorded |"
+    para = "- {{dev/old.json|k/t|.0f}}\n- Sources: {{sources}}\n\n- {{dev/now.json|k/t|.0f}} {{sources}}"
+    assert R.render(para, tmp_path) == ("- 2\n- Sources: `dev/old.json` changed since 0123456789\n\n"
+                                        "- 2 `dev/now.json` current")
