@@ -32,7 +32,7 @@ run_tests() {
 }
 
 run_notebooks() {
-  local slug out
+  local slug out dest
   slug=$("$PY" -c "from t4lib import hw; print(hw.device_slug())")
   out=results/$slug
   mkdir -p "$out"
@@ -42,9 +42,14 @@ run_notebooks() {
       continue
     fi
     echo "== $nb (PROFILE=$PROFILE)"
-    if ! papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
-         "$nb" "$out/$(basename "$nb")"; then
-      failed+=("$nb")
+    # Executed beside the previous copy and moved over it only on success: a failed run keeps the last
+    # good notebook (its own output stays in .partial to read why).
+    dest="$out/$(basename "$nb")"
+    if papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
+         "$nb" "$dest.partial"; then
+      mv -f "$dest.partial" "$dest"
+    else
+      failed+=("$nb (its failed run: $dest.partial)")
     fi
   done
   "$PY" -m t4lib report --out results/README.md >/dev/null

@@ -74,15 +74,18 @@ def _verify(args) -> int:
 def _bench(args) -> int:
     from . import hw, results
 
-    out = Path(args.out) if args.out else results.results_dir() / hw.device_slug()
     names = args.names or list(BENCHES)
+    unknown = [n for n in names if n not in BENCHES]
+    if unknown:  # before any benchmark runs
+        print(f"unknown benchmark {unknown[0]!r}; known: {list(BENCHES)}", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else results.results_dir() / hw.device_slug()
     status = 0
     for name in names:
-        if name not in BENCHES:
-            print(f"unknown benchmark {name!r}; known: {list(BENCHES)}", file=sys.stderr)
-            return 2
         try:
             figs = importlib.import_module(BENCHES[name]).run(out)
+            if not figs:  # a benchmark that measured nothing failed, whatever it returned
+                raise RuntimeError(f"{name} measured no figure")
             print(f"== {name}: {len(figs)} figures -> {out}")
             for f in figs:
                 v = f["value"]
@@ -105,7 +108,7 @@ def _report(args) -> int:
 
     text = results.report()
     if args.out:
-        Path(args.out).write_text("# Results\n\n" + results.LAYOUT_MD + "\n" + readme_results.records()
+        results.atomic_write_text(args.out, "# Results\n\n" + results.LAYOUT_MD + "\n" + readme_results.records()
                                   + "\n## Figures\n\nEvery figure under "
                                   "`results/`, with its tag, device and provenance (whether the kernel sources "
                                   "changed since it was measured; `python -m t4lib report --out results/README.md` "

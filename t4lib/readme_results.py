@@ -143,5 +143,5 @@ def update(readme_path: str | Path, root: str | Path | None = None) -> bool:
     if new == old:
         return False
     head, rest = text.split(BEGIN, 1)
-    path.write_text(head + BEGIN + "\n" + new + END + rest.split(END, 1)[1])
+    results.atomic_write_text(path, head + BEGIN + "\n" + new + END + rest.split(END, 1)[1])
     return True

@@ -16,6 +16,12 @@ every file under ``results/``.
 (and whether tracked files differed from it) and the GPU verification ledger's
 sources hash (``t4lib.verify``). ``report`` marks the figures whose sources
 changed since; files written before provenance existed are marked as such.
+
+Every file is written whole or not at all (:func:`atomic_write_text`): a
+temporary file beside it, renamed over it. A run that fails part-way keeps
+the figures it did not re-measure (:func:`write`'s ``merge``), each marked
+``carried_over`` with the provenance it was measured under, beside the
+``errors`` that say what failed.
 """
 from __future__ import annotations
 
@@ -24,7 +30,9 @@ import json
 import math
 import os
 import re
+import secrets
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -116,15 +124,92 @@ def _num(v: Any) -> Any:
     raise TypeError(f"figure value must be a number, got {type(v).__name__}")
 
 
-def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], **meta: Any) -> Path:
-    """Validate and write a results file; returns its path."""
-    doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(), **meta,
-           "figures": list(figures)}
-    validate(doc)
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same directory, flushed to disk and renamed
+    over ``path`` (``os.replace``, atomic on POSIX and Windows): a crash, a full disk or a reader at any moment
+    sees the previous file or the complete new one, never a part. Returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+    # created by open() so that it takes the umask's permissions, as a plain write would
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
     return path
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1, **dumps_kw: Any) -> Path:
+    """``obj`` as JSON (one trailing newline) through :func:`atomic_write_text`; serialised before the file is
+    touched, so an object that does not serialise leaves the previous file as it was."""
+    return atomic_write_text(path, json.dumps(obj, indent=indent, **dumps_kw) + "\n")
+
+
+def check_writable(path: str | os.PathLike, name: str = "path", *, directory: bool = False) -> Path:
+    """ValueError naming ``name`` unless a file (``directory``: a directory) can be written at ``path``: checked
+    by writing a scratch file where it will go (creating missing parent directories), so that a command fails
+    before its work, not after it."""
+    p = Path(path)
+    where = p if directory else p.parent
+    if (p.is_dir() and not directory) or (p.exists() and directory and not p.is_dir()):
+        raise ValueError(f"{name}: {p} is {'a directory' if p.is_dir() else 'a file'}, not a "
+                         f"{'directory' if directory else 'file'} to write")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        raise ValueError(f"{name}: cannot write to {where} ({type(e).__name__}: {e.strerror or e})") from None
+    return p
+
+
+def read_results(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The valid results document at ``path``, or None (missing, not JSON, or not a valid document)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        validate(doc)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return doc
+
+
+def carried_over(old: dict[str, Any], measured: set[str]) -> list[dict[str, Any]]:
+    """The figures of the results document ``old`` whose names are not in ``measured``, each marked
+    ``carried_over``: when and under which provenance it was measured (kept from an earlier carry)."""
+    mark = {"written": old.get("written"), "provenance": old.get("provenance")}
+    return [{**f, "carried_over": f.get("carried_over") or mark} for f in old["figures"] if f["name"] not in measured]
+
+
+def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, merge: bool | None = None,
+          **meta: Any) -> Path:
+    """Validate and write a results file (atomically: :func:`atomic_write_text`); returns its path.
+
+    ``merge``: keep the figures of the existing file whose names this call does not re-measure
+    (:func:`carried_over`). None (the default) merges when ``meta["errors"]`` is non-empty: a benchmark that
+    failed part-way keeps the previous figures of what it did not re-measure, its errors recorded beside
+    them. A call with no figures never replaces a file that has some: without merge it raises ValueError and
+    the file stays as it was."""
+    path = Path(path)
+    figs = list(figures)
+    doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(), **meta, "figures": figs}
+    validate(doc)
+    if merge is None:
+        merge = bool(meta.get("errors"))
+    old = read_results(path) if merge or not figs else None
+    if merge and old:
+        doc["figures"] = figs + carried_over(old, {f["name"] for f in figs})
+    elif not figs and old and old["figures"]:
+        raise ValueError(f"no figures to write: {path} keeps its {len(old['figures'])} figures (write with "
+                         "merge=True or errors=[...] to record a failed run beside them)")
+    return write_json(path, doc)
 
 
 def validate(doc: dict[str, Any]) -> None:
@@ -273,8 +358,12 @@ def report(root: str | os.PathLike | None = None) -> str:
     for path, doc in load_all(root):
         status = provenance_status(doc, current)
         for f in doc["figures"]:
+            if f.get("carried_over"):  # measured by an earlier run: its own provenance
+                status_f = "carried over; " + provenance_status(f["carried_over"], current)
+            else:
+                status_f = status
             v = f["value"]
             vs = f"{v:.4g}" if isinstance(v, float) else str(v)
             rows.append(f"| {f['name']} | {vs} | {f['unit']} | {f['tag']} | {f['device']} | "
-                        f"{path.relative_to(root)} | {status} |")
+                        f"{path.relative_to(root)} | {status_f} |")
     return "\n".join(rows) + "\n"

@@ -353,8 +353,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
             checks["bench"] = False
     entry["checks"] = checks
     entry["passed"] = all(checks.values())
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(entry, indent=1) + "\n")
+    results.write_json(out, entry)
     return entry
 
 
@@ -379,7 +378,7 @@ def _resume_sanitizers(fresh: dict, out: Path, timeout: int, shards: int,
         entry["sanitizers"] = _summarize(files)
         entry["sanitizers_clean"] = all(v["clean"] for v in entry["sanitizers"].values()) and all(
             f in files.get(tool_, {}) for tool_ in SANITIZER_TOOLS for f in targets)
-        out.write_text(json.dumps(entry, indent=1) + "\n")
+        results.write_json(out, entry)
 
     _sanitize(targets, timeout, shards=shards, only=todo, on_pair=keep)
     return entry

@@ -37,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from .. import results
 from . import rule as _rule
 from . import timing
 from .model import BaselineTransformer, OptimizedTransformer, describe
@@ -98,10 +99,7 @@ class Plan:
                 "entries": {k: asdict(e) for k, e in self.entries.items()}}
 
     def save(self, path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.to_json(), indent=1) + "\n")
-        return path
+        return results.write_json(path, self.to_json())
 
     @classmethod
     def from_json(cls, doc: Any, where: str = "plan") -> "Plan":

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import results
+
 WARMUP, REPS, ROUNDS, PROCESSES = 20, 100, 3, 3
 
 
@@ -158,7 +160,7 @@ def spawn(target: str, payload: dict, *, timeout: float = 600.0, env: dict | Non
     root = Path(__file__).resolve().parents[2]
     with tempfile.TemporaryDirectory(prefix="t4lib-contract-") as d:
         pin, pout = Path(d) / "in.json", Path(d) / "out.json"
-        pin.write_text(json.dumps(payload))
+        results.write_json(pin, payload, indent=None)
         e = dict(os.environ if env is None else env)
         e["PYTHONPATH"] = str(root) + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
         cmd = [sys.executable, "-m", "t4lib.contract.timing", target, str(pin), str(pout)]
@@ -187,7 +189,7 @@ def _main(argv: list[str]) -> int:
     mod, _, fn = target.partition(":")
     func = getattr(importlib.import_module(mod), fn)
     res = func(json.loads(Path(pin).read_text()))
-    Path(pout).write_text(json.dumps(res))
+    results.write_json(pout, res, indent=None)  # whole or absent: the parent reads it only if it exists
     return 0
 
 

@@ -36,11 +36,13 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 import time
 from collections import defaultdict
 
 import torch
 
+from .. import results
 from ..models import corpus, schema
 from . import data, rewards as R
 from .evaluate import wilson
@@ -69,6 +71,13 @@ HONESTY_SETS = ("honesty_rl.jsonl", "honesty_rl_wide.jsonl", "honesty_train.json
 READABLE_HONESTY_SETS = HONESTY_SETS + ("honesty_eval.jsonl",)
 
 
+def _honesty_names(honesty) -> list[str]:
+    names = [honesty] if isinstance(honesty, str) else list(honesty)
+    if not names or any(n not in HONESTY_SETS for n in names) or len(set(names)) != len(names):
+        raise ValueError(f"honesty must be one or more distinct names of {HONESTY_SETS}, got {honesty!r}")
+    return names
+
+
 def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str | tuple | list = "honesty_rl.jsonl"):
     """The ``honesty`` set (half traps; or several, a list of names) mixed with ``n_math`` problems of
     ``math_train.jsonl``, shuffled; columns ``prompt`` (plain format), ``target``, ``trap``, ``source``.
@@ -81,9 +90,7 @@ def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str | tuple | list =
 
     if not isinstance(n_math, int) or n_math < 0:
         raise ValueError(f"n_math must be a non-negative int, got {n_math!r}")
-    names = [honesty] if isinstance(honesty, str) else list(honesty)
-    if not names or any(n not in HONESTY_SETS for n in names) or len(set(names)) != len(names):
-        raise ValueError(f"honesty must be one or more distinct names of {HONESTY_SETS}, got {honesty!r}")
+    names = _honesty_names(honesty)
     rows = [dict(prompt=schema.math_prompt(r["question"]), target=r["target"], trap=bool(r["trap"]), source="honesty")
             for n in names for r in corpus.load_jsonl(n)]
     math_recs = corpus.load_jsonl("math_train.jsonl")
@@ -390,6 +397,31 @@ def rollout_precision(arm: str, model, tokenizer, budget_fraction: float = 0.2, 
     return build_cp_hybrid(model, calib, int(floor + budget_fraction * full))
 
 
+def _positive_int(name: str, v, low: int = 1) -> None:
+    if not isinstance(v, int) or isinstance(v, bool) or v < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+
+
+def check_run_args(*, arm="cp_hybrid", steps=1, num_generations=8, prompts_per_step=8, max_completion_length=48,
+                   learning_rate=2e-5, temperature=1.0, n_math=0, n_math_eval=0,
+                   honesty="honesty_rl.jsonl") -> None:
+    """ValueError naming the first argument of :func:`run_grpo` that no run can take, checked before a model is
+    loaded (TRL would fail deep inside, or after the evaluation before training)."""
+    if arm not in ARMS:
+        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
+    _positive_int("steps", steps)
+    # a group of one has no spread: GRPO's advantages would all be 0 (TRL refuses fewer than 2)
+    _positive_int("num_generations", num_generations, 2)
+    _positive_int("prompts_per_step", prompts_per_step)
+    _positive_int("max_completion_length", max_completion_length)
+    _positive_int("n_math", n_math, 0)
+    _positive_int("n_math_eval", n_math_eval, 0)
+    for name, v in (("learning_rate", learning_rate), ("temperature", temperature)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not (0 < v < float("inf")):
+            raise ValueError(f"{name} must be a finite number > 0, got {v!r}")
+    _honesty_names(honesty)
+
+
 def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, steps: int = 4, *,
              num_generations: int = 8, prompts_per_step: int = 8, max_completion_length: int = 48,
              learning_rate: float = 2e-5, temperature: float = 1.0, n_math: int = 300, evaluate: bool = True,
@@ -404,10 +436,9 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
 
     from .. import models
 
-    if arm not in ARMS:
-        raise ValueError(f"arm must be one of {list(ARMS)}, got {arm!r}")
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive int, got {steps!r}")
+    check_run_args(arm=arm, steps=steps, num_generations=num_generations, prompts_per_step=prompts_per_step,
+                   max_completion_length=max_completion_length, learning_rate=learning_rate,
+                   temperature=temperature, n_math=n_math, n_math_eval=n_math_eval, honesty=honesty)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     set_seed(seed)
     model, tok = models.load(model_id, dtype=torch.float32, device=device)
@@ -552,7 +583,7 @@ def base_on_honesty_sets(model_id: str = "tiny-gpu", out=None, device: str | Non
     (``honesty_train.jsonl``), the RL split and the quarantined evaluation. Where it already abstains on every
     trap and solves every twin, GRPO's groups there all earn one reward and carry no advantage. Writes
     results figures to ``out`` when given."""
-    from .. import models, results
+    from .. import models
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, tok = models.load(model_id, dtype=torch.float32, device=device)
@@ -566,12 +597,15 @@ def base_on_honesty_sets(model_id: str = "tiny-gpu", out=None, device: str | Non
     return res
 
 
-def write_results(path, recs: list[dict], speed: dict | None = None, step: dict | None = None,
-                  drift: dict | None = None, model_id: str = "tiny-gpu") -> None:
-    """Figures (t4lib.results) for the arms, the rollout speed and the step time; curves and records
-    beside them in the same file."""
-    from .. import results
+class NothingSucceeded(RuntimeError):
+    """Every run of a command failed: nothing was written."""
 
+
+def write_results(path, recs: list[dict], speed: dict | None = None, step: dict | None = None,
+                  drift: dict | None = None, model_id: str = "tiny-gpu", errors: list[str] | None = None) -> None:
+    """Figures (t4lib.results) for the arms, the rollout speed and the step time; curves and records
+    beside them in the same file. ``errors`` (what failed) keeps the figures of the existing file that this
+    call does not re-measure, marked carried over (:func:`t4lib.results.write`)."""
     src = "t4lib.train.grpo"
     env = results.environment()
     figs = []
@@ -600,7 +634,8 @@ def write_results(path, recs: list[dict], speed: dict | None = None, step: dict 
         for k in ("trl_default", "engine"):
             figs.append(results.figure(f"grpo/step/qwen2.5-1.5b-shape/{k}_step_s", step[k]["step_s"], "s",
                                        "MEASURED", src, env=env))
-    results.write(path, figs, summary=summ, runs=recs, rollout_speed=speed, step_time=step, drift=drift)
+    results.write(path, figs, summary=summ, runs=recs, rollout_speed=speed, step_time=step, drift=drift,
+                  errors=list(errors or []))
 
 
 def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str = "tiny-gpu",
@@ -610,7 +645,6 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
     speed and the step-time comparison; writes ``out`` (t4lib.results) and returns its summary."""
     import os
     import subprocess
-    import sys
     from pathlib import Path
 
     Path(logs).mkdir(parents=True, exist_ok=True)
@@ -624,15 +658,22 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
                    "--honesty", *honesty]
             procs.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                               env={**os.environ, "OMP_NUM_THREADS": "1"})))
-    recs = []
+    recs, errors = [], []
     t0 = time.perf_counter()
     for f, p in procs:
         if p.wait() == 0:
             recs.append(json.loads(f.read_text()))
         else:
+            errors.append(f"{f.stem}: exit {p.returncode} (log: {f.with_suffix('.log')})")
             print(f"failed: {f} (exit {p.returncode})", flush=True)
     print(f"arms: {len(recs)}/{len(procs)} runs in {time.perf_counter() - t0:.1f}s", flush=True)
     speed = step = drift = None
+
+    def save():
+        # errors make results.write keep the figures this run did not re-measure; nothing measured writes nothing
+        if recs or speed or step or drift:
+            write_results(out, recs, speed, step, drift, model_id, errors=errors)
+
     if benches:
         import traceback
 
@@ -647,6 +688,7 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
                 return r
             except Exception:  # one failed measurement must not lose the others
                 print(f"{name} failed:\n{traceback.format_exc()}", flush=True)
+                errors.append(f"{name}: {traceback.format_exc(limit=3)}")
                 return None
 
         def drift_fn():
@@ -665,12 +707,14 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
                 del big
                 torch.cuda.empty_cache()
 
-        write_results(out, recs, None, None, None, model_id)  # what is done so far survives a timeout
+        save()  # what is done so far survives a timeout
         drift = attempt("drift", drift_fn) if "drift" in benches else None
         speed = attempt("speed", speed_fn) if "speed" in benches else None
-        write_results(out, recs, speed, None, drift, model_id)
+        save()
         step = attempt("step", lambda: step_time_bench(steps=step_steps)) if "step" in benches else None
-    write_results(out, recs, speed, step, drift, model_id)
+    if not (recs or speed or step or drift):
+        raise NothingSucceeded(f"every arm and benchmark failed; {out} left as it was:\n" + "\n".join(errors))
+    save()
     return arm_summary(recs) if recs else {}
 
 
@@ -704,20 +748,47 @@ def main(argv=None):
     a2.add_argument("--logs", default="/tmp/t4lib_grpo_logs")
     a2.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    _check_args(ap, a)
     if a.cmd == "arm":
         rec = run_grpo(a.model, a.arm, a.seed, a.steps, learning_rate=a.lr, prompts_per_step=a.prompts_per_step,
                        n_math_eval=a.n_math_eval, engine_kwargs={"compile": False} if a.no_compile else None,
                        output_dir=f"/tmp/t4lib_grpo_{a.arm}_{a.seed}",
                        honesty=a.honesty[0] if len(a.honesty) == 1 else a.honesty)
-        with open(a.out, "w") as f:
-            json.dump(rec, f, indent=1, default=str)
+        results.write_json(a.out, rec, default=str)
     elif a.cmd == "base-sets":
         print(json.dumps(base_on_honesty_sets(a.model, a.out), indent=1, default=str))
     else:
-        summ = run_all(a.out, a.steps, tuple(a.seeds), tuple(a.arms), a.model, a.logs, a.lr, tuple(a.benches),
-                       a.step_steps, tuple(a.honesty))
+        try:
+            summ = run_all(a.out, a.steps, tuple(a.seeds), tuple(a.arms), a.model, a.logs, a.lr, tuple(a.benches),
+                           a.step_steps, tuple(a.honesty))
+        except NothingSucceeded as e:
+            print(e, file=sys.stderr)
+            return 1
         print(json.dumps(summ, indent=1, default=str))
+    return 0
+
+
+#: run_grpo's argument -> the command line's option
+_FLAGS = {"steps": "--steps", "prompts_per_step": "--prompts-per-step", "learning_rate": "--lr",
+          "n_math_eval": "--n-math-eval", "honesty": "--honesty"}
+
+
+def _check_args(ap, a) -> None:
+    """The options a run would reject late (or never), checked before a model is loaded; ``ap.error`` names
+    the option."""
+    try:
+        if a.cmd == "arm":
+            check_run_args(arm=a.arm, steps=a.steps, prompts_per_step=a.prompts_per_step, learning_rate=a.lr,
+                           n_math_eval=a.n_math_eval, honesty=a.honesty)
+        elif a.cmd == "all":
+            check_run_args(steps=a.steps, learning_rate=a.lr, honesty=a.honesty)
+            _positive_int("--step-steps", a.step_steps)
+            results.check_writable(a.logs, "--logs", directory=True)
+        results.check_writable(a.out, "--out")
+    except ValueError as e:
+        name, _, rest = str(e).partition(" ")
+        ap.error(f"{_FLAGS.get(name, name)} {rest}")
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

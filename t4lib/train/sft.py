@@ -20,6 +20,8 @@ import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from .. import results
+
 # PEFT warns on every layer type it does not know, even when a custom module is registered for it.
 warnings.filterwarnings("ignore", message=r"Unsupported layer type .*QuantLinear")
 # TRL and PEFT still call the pre-5.x name; the rename is theirs to follow, not a user's
@@ -115,6 +117,20 @@ class SFTSettings:
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        for name, low in (("batch_size", 1), ("max_length", 8), ("logging_steps", 1), ("r", 1), ("alpha", 1)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
+        if not isinstance(self.max_steps, int) or isinstance(self.max_steps, bool):
+            raise ValueError(f"max_steps must be an int (> 0 overrides epochs), got {self.max_steps!r}")
+        if self.max_steps <= 0 and not (_is_real(self.epochs) and 0 < self.epochs < math.inf):
+            raise ValueError(f"epochs must be a finite number > 0 (or max_steps > 0), got {self.epochs!r}")
+        if not (_is_real(self.lr) and 0 < self.lr < math.inf):
+            raise ValueError(f"lr must be a finite number > 0, got {self.lr!r}")
+        for name in ("weight_decay", "warmup_ratio"):
+            v = getattr(self, name)
+            if not (_is_real(v) and 0 <= v < math.inf):
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.optimizer == "fused_linear":
@@ -141,6 +157,10 @@ class SFTSettings:
             if self.extra.get("max_grad_norm"):
                 raise ValueError("a static loss_scale runs without clipping (the Trainer would clip the scaled "
                                  f"gradient): leave max_grad_norm unset, got {self.extra['max_grad_norm']!r}")
+
+
+def _is_real(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and not math.isnan(x)
 
 
 def is_power_of_two(x) -> bool:
@@ -475,7 +495,6 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
 
 def main(argv=None):
     import argparse
-    import json
 
     ap = argparse.ArgumentParser(description="SFT of a local model on the certified traces (TRL + PEFT)")
     ap.add_argument("--model", default="tiny-gpu")
@@ -521,6 +540,7 @@ def main(argv=None):
                          "first steps sooner")
     ap.add_argument("--out", required=True)
     a = ap.parse_args(argv)
+    _check_args(ap, a)
     if a.adam_beta2 is not None and not 0 <= a.adam_beta2 < 1:
         ap.error(f"--adam-beta2 must be in [0, 1), got {a.adam_beta2:g}")
     if a.neftune is not None and a.neftune <= 0:
@@ -529,36 +549,63 @@ def main(argv=None):
         ap.error(f"--max-grad-norm must be >= 0 (0: no clipping), got {a.max_grad_norm:g}")
     if a.loss_scale is not None and not is_power_of_two(a.loss_scale):
         ap.error(f"--loss-scale must be a power of two > 0, got {a.loss_scale:g}")
-    s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
-                    alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer, loss_scale=a.loss_scale,
-                    extra={**({} if a.neftune is None else {"neftune_noise_alpha": a.neftune}),
-                           **({} if a.max_grad_norm is None else {"max_grad_norm": a.max_grad_norm}),
-                           **({} if a.adam_beta2 is None else {"adam_beta2": a.adam_beta2})})
-    sets = tuple(x for x in a.eval_sets.split(",") if x)
+    try:
+        s = SFTSettings(method=a.method, seed=a.seed, lr=a.lr, epochs=a.epochs, batch_size=a.batch_size, r=a.r,
+                        alpha=2 * a.r, weight_decay=a.weight_decay, optimizer=a.optimizer, loss_scale=a.loss_scale,
+                        extra={**({} if a.neftune is None else {"neftune_noise_alpha": a.neftune}),
+                               **({} if a.max_grad_norm is None else {"max_grad_norm": a.max_grad_norm}),
+                               **({} if a.adam_beta2 is None else {"adam_beta2": a.adam_beta2})})
+    except ValueError as e:  # a combination of options no run can take: said before any model is loaded
+        ap.error(str(e))
+    sets = a.eval_sets
     if a.eval_only:
         import torch
         model, tok = load_base(a.model, a.base, device="cuda" if torch.cuda.is_available() else "cpu")
         rec = dict(model=a.model, base=a.base, before={fmt: evaluate_sets(model, tok, sets, fmt, n=a.eval_n)
                                                        for fmt in ("plain", "tags")})
-        from pathlib import Path
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
-        return
+        results.write_json(a.out, rec, default=str)
+        return 0
     from ..models import corpus
     rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
               eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay,
               train_records=corpus.load_jsonl(a.traces), keep_rows=a.keep_outputs)
     rec["data"]["traces"] = a.traces
-    from pathlib import Path
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps(rec, indent=1, default=str) + "\n")
+    results.write_json(a.out, rec, default=str)
     a_ = rec["after"].get("heldout_1_2", {}).get("overall", {})
-    print(f"{a.base}/{a.method}/seed{a.seed}: final loss {rec['losses'][-1][1]:.4f}, heldout_1_2 "
+    loss = f"{rec['losses'][-1][1]:.4f}" if rec["losses"] else "not logged (fewer steps than logging_steps)"
+    print(f"{a.base}/{a.method}/seed{a.seed}: final loss {loss}, heldout_1_2 "
           f"schema {a_.get('schema_valid', {}).get('rate')}, grounded {a_.get('grounded', {}).get('rate')}")
+    return 0
 
 
-if __name__ == "__main__":
-    main()
+def _check_args(ap, a) -> None:
+    """Every argument that a run would reject late, checked before a model is loaded (``ap.error`` names it)."""
+    from ..models import corpus
+
+    if not (math.isfinite(a.epochs) and a.epochs > 0):
+        ap.error(f"--epochs must be a finite number > 0, got {a.epochs:g}")
+    if not (math.isfinite(a.lr) and a.lr > 0):
+        ap.error(f"--lr must be a finite number > 0, got {a.lr:g}")
+    for flag, v, low in (("--batch-size", a.batch_size, 1), ("--r", a.r, 1), ("--replay", a.replay, 0)):
+        if v < low:
+            ap.error(f"{flag} must be >= {low}, got {v}")
+    if a.eval_n is not None and a.eval_n < 1:
+        ap.error(f"--eval-n must be >= 1 (leave it out to evaluate every record), got {a.eval_n}")
+    if not (math.isfinite(a.weight_decay) and a.weight_decay >= 0):
+        ap.error(f"--weight-decay must be a finite number >= 0, got {a.weight_decay:g}")
+    sets = tuple(x.strip() for x in a.eval_sets.split(",") if x.strip())
+    unknown = [x for x in sets if x not in EVAL_SETS]
+    if not sets or unknown:
+        ap.error(f"--eval-sets must name one or more of {sorted(EVAL_SETS)} (comma-separated), got {a.eval_sets!r}")
+    a.eval_sets = sets
+    if not a.eval_only and not (corpus.data_dir() / a.traces).is_file():
+        ap.error(f"--traces: no data file {a.traces!r} in {corpus.data_dir()}")
+    try:
+        results.check_writable(a.out, "--out")
+        if a.save:
+            results.check_writable(a.save, "--save", directory=True)
+    except ValueError as e:
+        ap.error(str(e))
 
 
 def compare_curves(reference: list[list], candidate: list[list], skip: int = 0) -> dict:
@@ -592,8 +639,6 @@ def compare_curves(reference: list[list], candidate: list[list], skip: int = 0) 
 def sft_figures(rec: dict, name: str = "tiny-gpu", env: dict | None = None) -> list[dict]:
     """Results figures of a :func:`run` record made with ``before=True``: after-SFT schema validity,
     grounded pass (overall, two-step, 3-4 step, honesty answerable) and the base model's rates."""
-    from .. import results
-
     src = "t4lib.train.sft"
     figs = []
 
@@ -617,3 +662,7 @@ def sft_figures(rec: dict, name: str = "tiny-gpu", env: dict | None = None) -> l
         add(f"sft/{name}/base/plain_exact_match", before["plain"]["heldout_1_2"]["overall"]["correct"],
             "base model, its own plain format, 1-2 step held-out")
     return figs
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

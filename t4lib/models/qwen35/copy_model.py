@@ -40,6 +40,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+from ... import results
 from .. import corpus, schema
 from ..tiny import _batches, _lr_at, _token_stream, _versions, copy_sequences, load_tokenizer, plot_loss
 
@@ -263,7 +264,7 @@ def train(out=None, steps: int = STEPS, seq_len: int = 256, batch_size: int = 8,
         command=COMMAND + (f" --steps {steps}" if steps != STEPS else ""),
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d"),
     )
-    (out / "training_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    results.write_json(out / "training_record.json", record, indent=2)
     try:
         plot_loss({"main (t + 1)": main_losses, "MTP (t + 2)": mtp_losses}, out / "loss_curve.png",
               f"qwen35-copy: {(record['n_params'] + record['n_params_mtp']) / 1e6:.2f}M params, {steps} steps")
