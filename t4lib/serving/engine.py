@@ -25,9 +25,20 @@ engine captures the uncompiled step and says why in ``compile_error``; it also
 says so when dynamo ran the step as plain Python (past its recompile limit).
 Works for any HF causal LM whose forward accepts ``past_key_values``,
 ``cache_position`` and ``position_ids`` (Qwen2, Llama, Mistral, ...), with
-``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers. Decoding always runs
-``max_new_tokens`` steps; tokens after an ``eos_token_id`` are cut from the
-returned ``sequences`` per row (``lengths``). ``output_logits=True`` also
+``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers; what it needs of
+``transformers`` goes through :mod:`.hf_compat`. Decoding always runs
+``max_new_tokens`` steps; ``lengths`` says how many tokens of each row come up
+to and including its first ``eos_token_id`` (an int or a list of ints).
+
+Ragged batches: prompts of different lengths (a list of token lists, or a
+``[B, T]`` tensor with an ``attention_mask`` whose ones are contiguous, left or
+right padding alike) are left-aligned to the longest, ``pad[b]`` slots before
+row ``b``'s first token. Every forward then passes position ids
+``cache_position - pad[b]`` and a 4D mask that hides row ``b``'s pad slots
+(:func:`ragged_mask`), both computed on the device from ``pad``, so the prefill
+and decode graphs capture them; each row attends to exactly the keys, at exactly
+the positions, it would see alone. Batches of equal-length prompts take the
+unmasked path unchanged. ``output_logits=True`` also
 returns the logits each token was chosen from (``logits [B, new, V]`` fp32,
 recorded on the device inside the graph). ``output_logprobs=True`` returns
 only each chosen token's log-probability under the distribution it was drawn
@@ -45,6 +56,8 @@ copy bandwidth of :func:`t4lib.hw.copy_bandwidth` (the gpt-fast convention).
 """
 from __future__ import annotations
 
+import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -53,14 +66,13 @@ import torch
 from torch import nn
 
 from ..quant.linear import QuantLinear
-
-# transformers 5.x renames the cache argument; the old name keeps older versions working.
-warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+from ..tokens import eos_ids, token_rows, vocab_size
+from . import hf_compat
 
 
 @dataclass
 class GenerateResult:
-    sequences: torch.Tensor          # [B, T + new] prompt and generated tokens (CPU)
+    sequences: torch.Tensor          # [B, T + new] prompt and generated tokens (CPU); ragged prompts left-padded
     new_tokens: torch.Tensor         # [B, new] generated tokens (CPU)
     lengths: list[int]               # generated tokens per row up to and including eos
     ttft_s: float
@@ -78,6 +90,7 @@ class GenerateResult:
     bytes_per_step: float = 0.0
     bandwidth_Bps: float | None = None
     frac_copy_bw: float | None = None
+    prompt_lengths: list[int] = field(default_factory=list)   # real prompt tokens per row (the rest: padding)
     extra: dict = field(default_factory=dict)
 
 
@@ -123,9 +136,12 @@ def _scaled(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tenso
 def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int,
             logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[B, V] -> ([B] next tokens, [B] their log-probabilities under :func:`_scaled` or None);
-    capture-safe (no host sync)."""
+    capture-safe (no host sync). Greedy at ``temperature == 0``: the distribution is the point mass on the
+    argmax, whose log-probability is 0 (dividing by the temperature would give NaN)."""
     if not do_sample:
         nxt = logits.float().argmax(dim=-1)
+        if logprobs and temperature == 0:
+            return nxt, torch.zeros(nxt.shape, dtype=torch.float32, device=nxt.device)
         scaled = _scaled(logits, temperature, top_k) if logprobs else None
     else:
         scaled = _scaled(logits, temperature, top_k)
@@ -136,6 +152,44 @@ def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: in
     return nxt, torch.log_softmax(scaled, dim=-1).gather(-1, nxt[:, None]).squeeze(-1)
 
 
+def ragged_mask(cache_position: torch.Tensor, pad: torch.Tensor, slots: int, dtype) -> torch.Tensor:
+    """Additive mask ``[B, 1, q, slots]`` for queries at ``cache_position [q]`` of rows left-padded by
+    ``pad [B]``: 0 where slot ``j <= cache_position[i]`` and ``j >= pad[b]``, the dtype's minimum elsewhere.
+    A pad query also keeps its own slot, so no row of the softmax is empty (an all-masked row would give NaN
+    values in the pad slots, and ``0 * NaN`` would reach the real rows)."""
+    j = torch.arange(slots, device=pad.device)[None, None, :]
+    c = cache_position[None, :, None]
+    keep = (j <= c) & ((j >= pad[:, None, None]) | (j == c))
+    zero = torch.zeros((), dtype=dtype, device=pad.device)
+    return torch.where(keep, zero, torch.full((), torch.finfo(dtype).min, dtype=dtype, device=pad.device))[:, None]
+
+
+def _check_mask(input_ids: torch.Tensor, attention_mask) -> list[tuple[int, int]]:
+    """``[start, end)`` of each row's ones in ``attention_mask`` (same shape as ``input_ids``, 0/1, the ones
+    contiguous and at least one per row)."""
+    if not isinstance(attention_mask, torch.Tensor) or attention_mask.dtype.is_floating_point \
+            or attention_mask.is_complex():
+        raise TypeError(f"attention_mask must be an integer or bool tensor, got "
+                        f"{getattr(attention_mask, 'dtype', type(attention_mask).__name__)}")
+    if attention_mask.dim() == 1:
+        attention_mask = attention_mask[None]
+    if tuple(attention_mask.shape) != tuple(input_ids.shape):
+        raise ValueError(f"attention_mask must have input_ids' shape {list(input_ids.shape)}, "
+                         f"got {list(attention_mask.shape)}")
+    m = attention_mask.long().cpu()
+    if ((m != 0) & (m != 1)).any():
+        raise ValueError("attention_mask must hold only 0 and 1")
+    spans = []
+    for b, row in enumerate(m.tolist()):
+        ones = [i for i, v in enumerate(row) if v]
+        if not ones:
+            raise ValueError(f"attention_mask[{b}] has no ones: every prompt needs at least one token")
+        if ones[-1] - ones[0] + 1 != len(ones):
+            raise ValueError(f"attention_mask[{b}]: the ones must be contiguous (left or right padding)")
+        spans.append((ones[0], ones[-1] + 1))
+    return spans
+
+
 class StaticEngine:
     """Greedy/sampled decoding with a static KV cache and CUDA-graph decode steps (see module docstring)."""
 
@@ -144,9 +198,16 @@ class StaticEngine:
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"model must be a Hugging Face causal LM (nn.Module with .config), "
                             f"got {type(model).__name__}")
-        if not isinstance(max_len, int) or max_len < 2:
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 2:
             raise ValueError(f"max_len must be an int >= 2, got {max_len!r}")
+        hf_compat.check_version()
         self.model = model.eval()
+        self.vocab = vocab_size(model)
+        self._cache_arg = hf_compat.cache_argument(model)
+        emb = model.get_input_embeddings() if callable(getattr(model, "get_input_embeddings", None)) else None
+        # the hidden states' dtype: the ragged mask is added to attention scores of that dtype
+        self._act_dtype = emb.weight.dtype if isinstance(emb, nn.Embedding) else next(
+            (p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
         self.max_len = max_len
         self.device = next(model.parameters()).device
         self.use_graph = (self.device.type == "cuda") if use_graph is None else bool(use_graph)
@@ -165,7 +226,8 @@ class StaticEngine:
             raise ValueError("prefill_graph=True needs use_graph (a CUDA model)")
         self.prefill_graph_error = None
         self._pf_pool = None       # one memory pool for the prefill graphs of one setup (replayed one at a time)
-        self._key = None      # (batch, do_sample, temperature, top_k, output_logits, output_logprobs): the buffers/graph
+        self._key = None      # (batch, do_sample, temperature, top_k, output_logits, output_logprobs, ragged)
+        self._pad = None      # [B] left padding of each row of a ragged batch (None: equal-length prompts)
         self.graph = None
         self.graph_error = None
         self.compile_error = None
@@ -175,13 +237,13 @@ class StaticEngine:
 
     # ------------------------------------------------------------------ setup
     def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, output_logits: bool,
-               output_logprobs: bool):
-        from transformers import StaticCache
-
-        key = (B, do_sample, temperature, top_k, output_logits, output_logprobs)
+               output_logprobs: bool, ragged: bool):
+        key = (B, do_sample, temperature, top_k, output_logits, output_logprobs, ragged)
         if self._key != key:
-            self.cache = StaticCache(config=self.model.config, max_cache_len=self.max_len)
+            self.cache = hf_compat.static_cache(self.model.config, self.max_len)
             dev = self.device
+            # a ragged batch's graphs read the padding from this buffer (rewritten before each prefill)
+            self._pad = torch.zeros(B, dtype=torch.long, device=dev) if ragged else None
             self.ids = torch.zeros(B, 1, dtype=torch.long, device=dev)
             self.pos = torch.zeros(1, dtype=torch.long, device=dev)
             self.step_idx = torch.zeros(1, dtype=torch.long, device=dev)
@@ -205,13 +267,16 @@ class StaticEngine:
     def _forward(self, ids, cache_position, last: torch.Tensor | None = None):
         """Logits [B, 1, V] of the last position, or of position ``last`` ([1] long tensor) when given."""
         B = ids.shape[0]
-        pos_ids = cache_position.view(1, -1).expand(B, -1)
         if torch.compiler.is_compiling():
             # Replayed by every call of the compiled code; never set when dynamo runs this frame eagerly
             # (e.g. after its recompile limit), so the engine can tell compiled from merely wrapped.
             self._ran_compiled = True
-        kw = dict(input_ids=ids, past_key_values=self.cache, cache_position=cache_position, position_ids=pos_ids,
-                  use_cache=True)
+        kw = {"input_ids": ids, self._cache_arg: self.cache, "cache_position": cache_position, "use_cache": True}
+        if self._pad is None:
+            kw["position_ids"] = cache_position.view(1, -1).expand(B, -1)
+        else:   # pad slots sit at position 0 (any valid position: every real query masks them)
+            kw["position_ids"] = (cache_position.view(1, -1) - self._pad[:, None]).clamp(min=0)
+            kw["attention_mask"] = ragged_mask(cache_position, self._pad, self.max_len, self._act_dtype)
         if self._logits_to_keep:
             try:
                 return self.model(**kw, logits_to_keep=1 if last is None else last).logits
@@ -314,20 +379,8 @@ class StaticEngine:
         self._capture_graph()
 
     def _cache_counters(self) -> tuple[list[torch.Tensor], dict]:
-        """Where the cache keeps its own position besides the K/V tensors: transformers' StaticLayer
-        writes each step's K/V at its ``cumulative_length`` (a device tensor it advances in place),
-        not at the ``cache_position`` passed in. Returns those integer tensors, and the host-side
-        integer counters (which a CUDA graph would freeze) as {(layer index, name): value}."""
-        tensors, host = [], {}
-        for i, layer in enumerate(getattr(self.cache, "layers", [])):
-            for name, v in vars(layer).items():
-                if name in ("keys", "values"):
-                    continue
-                if isinstance(v, torch.Tensor) and v.numel() == 1 and not v.is_floating_point():
-                    tensors.append(v)
-                elif isinstance(v, int) and not isinstance(v, bool) and "length" in name:
-                    host[(i, name)] = v
-        return tensors, host
+        """The cache's own position counters (:func:`.hf_compat.cache_counters`)."""
+        return hf_compat.cache_counters(self.cache)
 
     def _warm_up(self, steps: int = 2) -> None:
         """Run the step ``steps`` times (compiling it, loading kernels) and leave every buffer, the
@@ -341,7 +394,7 @@ class StaticEngine:
             for t, v in zip(bufs, saved):
                 t.copy_(v)
             for (i, name), v in host.items():
-                setattr(self.cache.layers[i], name, v)
+                hf_compat.set_host_counter(self.cache, i, name, v)
 
         try:
             for i in range(steps):
@@ -370,31 +423,59 @@ class StaticEngine:
             torch.cuda.synchronize()
 
     # ------------------------------------------------------------------ generate
-    @torch.no_grad()
-    def generate(self, input_ids: torch.Tensor, max_new_tokens: int, *, do_sample: bool = False,
-                 temperature: float = 1.0, top_k: int = 0, seed: int | None = None,
-                 eos_token_id: int | None = None, output_logits: bool = False,
-                 output_logprobs: bool = False) -> GenerateResult:
-        """Decode ``max_new_tokens`` tokens after ``input_ids [B, T]`` (see module docstring)."""
-        if not isinstance(input_ids, torch.Tensor) or input_ids.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"input_ids must be an integer tensor, got "
-                            f"{getattr(input_ids, 'dtype', type(input_ids).__name__)}")
-        if input_ids.dim() == 1:
-            input_ids = input_ids[None]
-        if input_ids.dim() != 2 or input_ids.shape[1] < 1:
-            raise ValueError(f"input_ids must be [B, T] with T >= 1, got shape {list(input_ids.shape)}")
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 1:
+    def _check_generate(self, input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, seed,
+                        eos_token_id) -> tuple[list[list[int]], tuple[int, ...]]:
+        """The prompts as checked token lists and the eos ids; every argument checked before any work."""
+        if attention_mask is not None:
+            if not isinstance(input_ids, torch.Tensor):
+                raise TypeError("attention_mask goes with a [B, T] tensor input_ids; pass ragged prompts as a "
+                                "list of token lists instead")
+            ids2 = input_ids[None] if input_ids.dim() == 1 else input_ids
+            spans = _check_mask(ids2, attention_mask)
+            if ids2.dtype not in (torch.int32, torch.int64):
+                raise TypeError(f"input_ids must be an integer tensor, got {ids2.dtype}")
+            input_ids = [r[a:e] for r, (a, e) in zip(ids2.tolist(), spans)]
+        rows = token_rows(input_ids, self.vocab)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
-        B, T = input_ids.shape
+        T = max(map(len, rows))
         if T + max_new_tokens > self.max_len:
             raise ValueError(f"prompt ({T}) + max_new_tokens ({max_new_tokens}) exceeds max_len={self.max_len}")
+        if not isinstance(do_sample, bool):
+            raise TypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
+        if isinstance(temperature, bool) or not isinstance(temperature, numbers.Real) \
+                or not math.isfinite(temperature) or temperature < 0:
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
         if do_sample and not temperature > 0:
             raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
+        if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral) or top_k < 0:
+            raise ValueError(f"top_k must be an int >= 0 (0: the whole vocabulary), got {top_k!r}")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        return rows, eos_ids(eos_token_id, self.vocab)
+
+    @torch.no_grad()
+    def generate(self, input_ids, max_new_tokens: int, *, attention_mask: torch.Tensor | None = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, seed: int | None = None,
+                 eos_token_id: int | list[int] | None = None, output_logits: bool = False,
+                 output_logprobs: bool = False) -> GenerateResult:
+        """Decode ``max_new_tokens`` tokens after each prompt of ``input_ids``: a ``[B, T]`` (or ``[T]``)
+        integer tensor, with an optional ``attention_mask [B, T]`` marking each row's real tokens, or a list
+        of token lists of any lengths (see module docstring: each row decodes as it would alone)."""
+        rows, eos = self._check_generate(input_ids, attention_mask, max_new_tokens, do_sample, temperature,
+                                         top_k, seed, eos_token_id)
+        lens = [len(r) for r in rows]
+        B, T = len(rows), max(lens)
+        ragged = min(lens) != T
+        # left padding with each row's first token (any id would do: the mask hides them)
+        prompt = torch.tensor([[r[0]] * (T - len(r)) + r for r in rows], dtype=torch.long)
         cuda = self.device.type == "cuda"
-        self._setup(B, bool(do_sample), float(temperature), int(top_k), bool(output_logits), bool(output_logprobs))
+        self._setup(B, do_sample, float(temperature), int(top_k), bool(output_logits), bool(output_logprobs), ragged)
+        if ragged:
+            self._pad.copy_(torch.tensor([T - n for n in lens]))
         if seed is not None:
             torch.manual_seed(seed)
-        ids = input_ids.to(self.device, torch.long)
+        ids = prompt.to(self.device)
         if cuda:
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -432,23 +513,31 @@ class StaticEngine:
             self.compile_error = ("torch.compile ran the decode step uncompiled (dynamo's recompile limit for "
                                   "StaticEngine._forward reached? see torch._dynamo.config.recompile_limit)")
             warnings.warn(f"StaticEngine: {self.compile_error}", RuntimeWarning)
-        new = self.out[:, :max_new_tokens].cpu()
+        # copies: on a CPU .cpu() would return views of the engine's buffers, which the next call rewrites
+        new = self.out[:, :max_new_tokens].to("cpu", copy=True)
         lengths = [max_new_tokens] * B
-        if eos_token_id is not None:
+        if eos:
+            hits = torch.isin(new, torch.tensor(eos))
             for b in range(B):
-                hit = (new[b] == eos_token_id).nonzero()
+                hit = hits[b].nonzero()
                 if len(hit):
                     lengths[b] = int(hit[0]) + 1
         steps = max_new_tokens - 1
-        res = GenerateResult(sequences=torch.cat([input_ids.cpu().long(), new], dim=1), new_tokens=new,
+        if ragged:   # the pads shown as the model's pad id (0 without one)
+            pad_id = getattr(self.model.config, "pad_token_id", None)
+            pad_id = pad_id if isinstance(pad_id, int) and 0 <= pad_id < self.vocab else 0
+            for b, n in enumerate(lens):
+                prompt[b, :T - n] = pad_id
+        res = GenerateResult(sequences=torch.cat([prompt, new], dim=1), new_tokens=new, prompt_lengths=lens,
                              lengths=lengths, ttft_s=ttft, decode_s=decode,
                              decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
                              graph=self.graph is not None, graph_error=self.graph_error,
                              prefill_graph=prefill_graph,
                              compiled=self._decode_forward is not None and self._ran_compiled,
                              compile_error=self.compile_error,
-                             logits=self.scores[:, :max_new_tokens].cpu() if output_logits else None,
-                             logprobs=self.logprobs[:, :max_new_tokens].cpu() if output_logprobs else None,
+                             logits=self.scores[:, :max_new_tokens].to("cpu", copy=True) if output_logits else None,
+                             logprobs=self.logprobs[:, :max_new_tokens].to("cpu", copy=True) if output_logprobs
+                             else None,
                              weight_bytes=self._bytes[0])
         avg_len = T + max_new_tokens / 2
         res.bytes_per_step = self._bytes[1] + self._bytes[2] * avg_len

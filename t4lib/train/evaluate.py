@@ -12,9 +12,9 @@
 Formats: ``"tags"`` prompts in the chat template and reads ``<answer>``;
 ``"plain"`` prompts ``Question: ...\\nAnswer:`` and reads ``The answer is X``
 (the base model's own format; no schema, so no grounded pass).
-Generation is greedy through :class:`t4lib.serving.StaticEngine`; prompts are
-grouped by token length (the engine takes no padding mask), so every row of a
-batch decodes exactly as it would alone.
+Generation is greedy through :class:`t4lib.serving.StaticEngine`; batches of
+prompts of different lengths go in as ragged batches, so every row decodes
+exactly as it would alone.
 
 Records come from ``math_heldout`` (held-out templates), ``honesty_answerable``
 (the answerable half of the quarantined honesty set), a local ``.jsonl`` or a
@@ -190,17 +190,12 @@ def unwrap(model):
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch_size: int = 64,
              progress: bool = True, use_graph: bool | None = None) -> list[str]:
     """Greedy completions (text up to the turn end) of ``prompts`` through StaticEngine."""
-    import torch
-
     from ..serving import StaticEngine
 
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     model = unwrap(model)
     ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-    groups = defaultdict(list)
-    for i, t in enumerate(ids):
-        groups[len(t)].append(i)
     engine = StaticEngine(model, max_len=max(map(len, ids)) + max_new_tokens, use_graph=use_graph, compile=False)
     out: list[str | None] = [None] * len(prompts)
     bar = None
@@ -208,19 +203,19 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch
         from tqdm.auto import tqdm
         bar = tqdm(total=len(prompts), desc="generate", leave=False)
     was_training = model.training
-    # Batches padded (by repeating a row) to a power of two and run bucket by bucket, so the engine
-    # rebuilds its cache and CUDA graph once per bucket size, not once per prompt length.
+    # Prompts sorted by length (a ragged batch pads each row to its longest prompt) and batches padded
+    # (by repeating a row) to a power of two, so the engine rebuilds its cache and CUDA graph once per
+    # batch size, not once per batch.
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
     batches = []
-    for length in sorted(groups):
-        idx = groups[length]
-        for k in range(0, len(idx), batch_size):
-            chunk = idx[k:k + batch_size]
-            batches.append((min(batch_size, 1 << (len(chunk) - 1).bit_length()), chunk))
+    for k in range(0, len(order), batch_size):
+        chunk = order[k:k + batch_size]
+        batches.append((min(batch_size, 1 << (len(chunk) - 1).bit_length()), chunk))
     batches.sort(key=lambda b: b[0])
     try:
         for bucket, chunk in batches:
             rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (bucket - len(chunk))
-            res = engine.generate(torch.tensor(rows), max_new_tokens)
+            res = engine.generate(rows, max_new_tokens)
             texts = tokenizer.batch_decode(res.new_tokens[:len(chunk)], skip_special_tokens=False)
             for i, t in zip(chunk, texts):
                 out[i] = strip_turn_end(t)

@@ -209,25 +209,26 @@ def check_groups(prompt_ids: list, num_generations: int) -> None:
 
 @torch.no_grad()
 def sample_groups(engine, prompt_ids: list[list[int]], num_generations: int, max_new_tokens: int,
-                  temperature: float = 1.0, eos_token_id: int | None = None, merge_equal_lengths: bool = False):
+                  temperature: float = 1.0, eos_token_id: int | list[int] | None = None,
+                  merge_equal_lengths: bool = False, merge_groups: bool = False):
     """Sample a completion for every prompt of ``prompt_ids`` (groups of ``num_generations`` identical
     prompts, one engine batch each; with ``merge_equal_lengths`` every group whose prompt has the same
-    length joins one batch, which a static cache needs). Returns ``(completion_ids, logprobs, stats)``:
-    lists per row cut after eos, the rollout policy's log-probability of each sampled token, and
-    ``{"tokens", "seconds"}``."""
+    length joins one batch; with ``merge_groups`` every group joins one ragged batch, each row sampled from
+    the distribution it would have alone). Returns ``(completion_ids, logprobs, stats)``: lists per row cut
+    after eos, the rollout policy's log-probability of each sampled token, and ``{"tokens", "seconds"}``."""
     check_groups(prompt_ids, num_generations)
     starts = list(range(0, len(prompt_ids), num_generations))
     batches = {}
     for i in starts:
-        key = len(prompt_ids[i]) if merge_equal_lengths else i
+        key = 0 if merge_groups else len(prompt_ids[i]) if merge_equal_lengths else i
         batches.setdefault(key, []).extend(range(i, i + num_generations))
     comp, lps = [None] * len(prompt_ids), [None] * len(prompt_ids)
     ntok, t0 = 0, time.perf_counter()
     for rows in batches.values():
-        ids = torch.tensor([list(prompt_ids[r]) for r in rows], dtype=torch.long)
         # each token's log-probability is taken inside the engine's step: [B, new] floats leave the GPU, not
         # the [B, new, V] logits (at a 152k vocabulary, 64 x 128 of them are 5 GB)
-        res = engine.generate(ids, max_new_tokens, do_sample=True, temperature=temperature,
+        prompts = [torch.as_tensor(prompt_ids[r]).tolist() for r in rows]   # ragged when groups merge
+        res = engine.generate(prompts, max_new_tokens, do_sample=True, temperature=temperature,
                               eos_token_id=eos_token_id, output_logprobs=True)
         tok_lp = res.logprobs
         for b, (r, n) in enumerate(zip(rows, res.lengths)):
