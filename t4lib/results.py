@@ -340,14 +340,20 @@ def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str
 
 def provenance_status(doc: dict[str, Any], current: str | None = None) -> str:
     """``current`` (measured on today's sources), ``sources changed since <commit>``, or
-    ``no provenance`` (written before files recorded it: not a failure, but not tied to a ledger)."""
+    ``no provenance`` (written before files recorded it: not a failure, but not tied to a ledger).
+    A file is current only when the figures it carries over from an earlier run are too."""
     prov = doc.get("provenance")
     if not prov:
         return "no provenance"
     current = current or current_sources_sha256()
-    if prov["sources_sha256"] == current:
-        return "current" + (" (dirty tree)" if prov.get("dirty") else "")
-    return f"sources changed since {prov['commit'][:10]}"
+    if prov["sources_sha256"] != current:
+        return f"sources changed since {prov['commit'][:10]}"
+    for f in doc.get("figures", []):
+        old = (f.get("carried_over") or {}).get("provenance")
+        if f.get("carried_over") and (not old or old.get("sources_sha256") != current):
+            return (f"sources changed since {old['commit'][:10]} (figures carried over)" if old
+                    else "no provenance (figures carried over)")
+    return "current" + (" (dirty tree)" if prov.get("dirty") else "")
 
 
 def report(root: str | os.PathLike | None = None) -> str:

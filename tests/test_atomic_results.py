@@ -161,6 +161,10 @@ def test_a_failed_run_keeps_the_figures_it_did_not_remeasure(tmp_path):
     assert {f["name"]: f["value"] for f in doc["figures"]} == {"c": 30.0, "a": 10.0, "b": 2.0}
     assert next(f for f in doc["figures"] if f["name"] == "b")["carried_over"] == mark
     assert "carried over" in results.report(tmp_path)
+    assert results.provenance_status(doc) == "current" + (" (dirty tree)" if doc["provenance"]["dirty"] else "")
+    stale = {**doc["figures"][1]["carried_over"]["provenance"], "sources_sha256": "0" * 64, "commit": "abc1234"}
+    doc["figures"][1]["carried_over"] = {"written": "then", "provenance": stale}
+    assert results.provenance_status(doc) == "sources changed since abc1234 (figures carried over)"
 
 
 def test_merge_is_explicit_or_follows_errors(tmp_path):
