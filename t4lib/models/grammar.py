@@ -439,3 +439,38 @@ def variants(slot: str, split: str) -> list[str]:
         raise ValueError(f"slot must be one of {sorted(table)}, got {key!r}")
     train, held = table[key]
     return train if split == "train" else held
+
+
+# ---------------------------------------------------------------------------- shared surface variation
+# Words inside any frame may be swapped for a synonym and a statement may open with a time phrase, in
+# every split: the vocabulary is shared, the frames are not, so held-out frames meet known words in
+# new arrangements rather than unknown words.
+SYNONYMS: dict[str, list[str]] = {
+    "gives": ["gives", "hands", "passes", "offers"],
+    "buys": ["buys", "purchases", "gets"],
+    "more": ["more", "extra", "additional", "further"],
+    "extra": ["extra", "more", "additional"],
+    "additional": ["additional", "more", "extra"],
+    "finds": ["finds", "discovers", "comes across"],
+    "loses": ["loses", "misplaces"],
+    "sells": ["sells", "trades away"],
+    "takes": ["takes", "grabs", "removes"],
+    "has": ["has", "owns", "holds"],
+    "owns": ["owns", "has", "possesses"],
+    "receives": ["receives", "gets", "is given"],
+    "shares": ["shares", "splits", "divides"],
+    "equally": ["equally", "evenly", "fairly"],
+    "evenly": ["evenly", "equally"],
+    "friends": ["friends", "classmates", "neighbors", "cousins"],
+    "total": ["total", "sum"],
+    "altogether": ["altogether", "in all", "in total"],
+    "Later,": ["Later,", "Afterwards,", "After a while,"],
+    "Then": ["Then", "Next", "After that"],
+    "keeps": ["keeps", "saves", "sets aside"],
+    "costs": ["costs", "is priced at"],
+    "each": ["each", "apiece"],
+    "Find": ["Find", "Work out", "Compute"],
+    "wants": ["wants", "hopes", "plans"],
+}
+OPENERS = ["On Monday,", "In the morning,", "Last week,", "Today,", "At the fair,", "During the holiday,",
+           "Early on,", "One day,", "In the afternoon,", "At school,"]

@@ -45,7 +45,7 @@ ACTS = [("reads {n} pages", "pages"), ("walks {n} km", "km"), ("saves {n} dollar
         ("types {n} words", "words"), ("packs {n} parcels", "parcels"), ("runs {n} laps", "laps")]
 UNITS = [("hours", "hour"), ("days", "day"), ("minutes", "minute"), ("weeks", "week")]
 _BLOCK = {"nigger", "nigga", "faggot", "fag", "retard", "slut", "whore", "cunt", "rape", "rapist", "kike",
-          "spic", "chink", "dyke", "tranny", "negro", "coon", "gook", "wetback", "bitch", "bastard", "penis",
+          "spic", "chink", "queer", "gay", "lesbian", "jew", "jews", "negroes", "dyke", "tranny", "negro", "coon", "gook", "wetback", "bitch", "bastard", "penis",
           "vagina", "anus", "dick", "cock", "porn", "sex", "nazi", "hitler", "suicide", "murder", "corpse"}
 
 

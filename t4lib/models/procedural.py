@@ -336,8 +336,22 @@ def _fill(r, ctx: Context, s: Sentence, template: str, vague: str | None, words:
         amount = rendered.pop("n")
         f["act"] = ctx.act.format(n=amount)
     f.update(rendered)
-    text = _ARTICLE.sub(lambda m: m.group(1) + "n " + m.group(2), template.format(**f))
+    text = _ARTICLE.sub(lambda m: m.group(1) + "n " + m.group(2), _vary(r, template).format(**f))
+    if not text.endswith("?") and "{" not in template[:3] and r.random() < 0.15:
+        text = r.choice(grammar.OPENERS) + " " + text[0].lower() + text[1:]
+    elif not text.endswith("?") and template.startswith("{") and r.random() < 0.15:
+        text = r.choice(grammar.OPENERS) + " " + text
     return text[0].upper() + text[1:]
+
+
+def _vary(r, template: str) -> str:
+    """Each word of ``template`` with a synonym (grammar.SYNONYMS) at random, placeholders untouched."""
+    words = template.split(" ")
+    for i, w in enumerate(words):
+        alts = grammar.SYNONYMS.get(w)
+        if alts and r.random() < 0.5:
+            words[i] = r.choice(alts)
+    return " ".join(words)
 
 
 def _sentence(r, ctx: Context, s: Sentence, vague: str | None = None, words: bool = True) -> str:
@@ -547,7 +561,7 @@ def render_copy(r: random.Random, split: str, kind: str | None = None, size: tup
 # ----------------------------------------------------------------------------- the document stream
 
 #: document kinds of the pretraining stream and their probabilities
-MIX = {"problem": 0.50, "trap": 0.08, "lookup": 0.08, "copy": 0.14, "drill": 0.15, "chat": 0.05}
+MIX = {"problem": 0.52, "trap": 0.05, "lookup": 0.07, "copy": 0.20, "drill": 0.11, "chat": 0.05}
 
 
 def drill(r: random.Random) -> tuple[str, str]:
@@ -587,7 +601,7 @@ def document(r: random.Random, split: str = "train") -> tuple[str, str, str]:
     elif kind == "trap":
         p, c = math_pair(render_problem(r, split, trap=r.choice(["vague", "missing", "contradiction"])))
     elif kind == "lookup":
-        p, c = math_pair(render_lookup(r, split, trap=r.choice([None, None, "vague", "missing"])))
+        p, c = math_pair(render_lookup(r, split, trap=r.choice([None, None, None, "vague", "missing"])))
     elif kind == "copy":
         p, c = copy_pair(render_copy(r, split))
     elif kind == "drill":

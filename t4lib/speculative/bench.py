@@ -57,7 +57,11 @@ def _sync():
 
 
 # ---------------------------------------------------------------------- prompts and references
-PROMPT_FILES = {"copy": "copy_heldout.jsonl", "copy_long": "copy_long_heldout.jsonl", "open": "math_heldout.jsonl"}
+PROMPT_FILES = {"copy": "copy_heldout.jsonl", "copy_long": "copy_long_heldout.jsonl", "open": "math_heldout.jsonl",
+                # the procedural corpus's test split (held-out wording and vocabulary): copy tasks whose
+                # reference outputs have 100+ tokens, and word problems
+                "open_copy": "open_copy_test.jsonl", "open_math": "open_math_test.jsonl"}
+MIN_OPEN_COPY_TOKENS = 100
 
 
 def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
@@ -70,8 +74,11 @@ def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
         raise ValueError(f"kind must be one of {sorted(PROMPT_FILES)}, got {kind!r}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    recs = corpus.load_jsonl(PROMPT_FILES[kind])[:n]
-    texts = [schema.math_prompt(r["question"]) if kind == "open" else schema.copy_prompt(r["instruction"], r["input"])
+    recs = corpus.load_jsonl(PROMPT_FILES[kind])
+    if kind == "open_copy":
+        recs = [r for r in recs if len(tok(r["output"], add_special_tokens=False)["input_ids"]) >= MIN_OPEN_COPY_TOKENS]
+    recs = recs[::max(1, len(recs) // n)][:n]     # spread over the file's kinds and structures
+    texts = [schema.math_prompt(r["question"]) if "question" in r else schema.copy_prompt(r["instruction"], r["input"])
              for r in recs]
     return [tok(t)["input_ids"] for t in texts]
 
@@ -227,11 +234,15 @@ def projected_speedup(tokens_per_forward: float, k_mean: float, t_of_q) -> float
 # ---------------------------------------------------------------------- the benchmark
 def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int = 8, quick: bool = False,
         target: str = "tiny-gpu", draft: str = "tiny-cpu", device: str = "cuda", log=print,
-        hf_prompts: int | None = None) -> dict:
+        hf_prompts: int | None = None, prompt_set: str = "project", name: str | None = None) -> dict:
     """The whole benchmark (see module docstring); writes ``out_dir/speculative.json``. ``device="cpu"``
     runs the same code paths without the verify-cost curves (a smoke test; CPU times mean nothing).
     ``hf_prompts``: Hugging Face ``generate`` runs on the first this many copy prompts (default: all; 4 with
-    ``quick``); its rates are per token, so fewer prompts only widen their spread."""
+    ``quick``); its rates are per token, so fewer prompts only widen their spread. ``prompt_set``: ``project``
+    (data/copy_heldout.jsonl, data/math_heldout.jsonl) or ``open`` (the procedural corpus's test split, copy
+    outputs of 100+ tokens); ``name``: figures ``speculative/<name>/...`` in ``speculative_<name>.json``."""
+    if prompt_set not in ("project", "open"):
+        raise ValueError(f"prompt_set must be 'project' or 'open', got {prompt_set!r}")
     if hf_prompts is not None and (not isinstance(hf_prompts, int) or isinstance(hf_prompts, bool) or hf_prompts < 1):
         raise ValueError(f"hf_prompts must be a positive int or None, got {hf_prompts!r}")
     from .. import models
@@ -243,15 +254,18 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     env = results.environment()
     figs, errors, details = [], {}, {}
 
-    def fig(name, value, unit, tag="MEASURED", **kw):
+    prefix, file_name = ("speculative", "speculative.json") if name is None else \
+        (f"speculative/{name}", f"speculative_{name}.json")
+
+    def fig(fig_name, value, unit, tag="MEASURED", **kw):
         if tag == "MEASURED":
             kw["env"] = env
-        figs.append(results.figure(f"speculative/{name}", value, unit, tag, SOURCE, **kw))
+        figs.append(results.figure(f"{prefix}/{fig_name}", value, unit, tag, SOURCE, **kw))
 
     dtype = torch.float16 if device == "cuda" else torch.float32
     model, tok = models.load(target, dtype=dtype, device=device)
-    copy_p = load_prompts(tok, "copy", n_prompts)
-    open_p = load_prompts(tok, "open", n_prompts)
+    copy_p = load_prompts(tok, "copy" if prompt_set == "project" else "open_copy", n_prompts)
+    open_p = load_prompts(tok, "open" if prompt_set == "project" else "open_math", n_prompts)
     max_len = max(len(p) for p in copy_p + open_p) + max_new + 8
     log(f"{target}: {len(copy_p)} copy + {len(open_p)} open prompts, {max_new} new tokens, max_len {max_len}")
 
@@ -428,6 +442,8 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
 
     # draft model: tiny-cpu drafting for tiny-gpu, batch 1, copy prompts
     try:
+        if draft is None:
+            raise LookupError("skipped: no draft model sharing the target's vocabulary was given")
         dmodel, _ = models.load(draft, dtype=dtype, device=device)
         dm = DraftModelDrafter(dmodel, max_len=max_len, eos_token_id=EOS)
         if dm.vocab_size != model.config.vocab_size:
@@ -490,7 +506,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     details["verify_cost_s"] = curves
     details["mean_draft_len"] = k_mean
 
-    path = results.write(out_dir / "speculative.json", figs, errors=errors, details=_jsonable(details),
+    path = results.write(out_dir / file_name, figs, errors=errors, details=_jsonable(details),
                          protocol=__doc__.split("Protocol: ")[1].strip(), target=target, draft=draft,
                          prompts=n_prompts, max_new=max_new)
     log(f"wrote {path}")
@@ -538,11 +554,16 @@ def main(argv=None):
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--quick", action="store_true", help="fewer HF prompts and replays (smoke test)")
     ap.add_argument("--hf-prompts", type=int, default=None, help="Hugging Face generate on the first N copy prompts")
+    ap.add_argument("--target", default="tiny-gpu", help="a preset, local path or HF id")
+    ap.add_argument("--draft", default="tiny-cpu", help="draft model sharing the target's vocabulary ('none': skip)")
+    ap.add_argument("--prompt-set", default="project", choices=("project", "open"))
+    ap.add_argument("--name", default=None, help="figures speculative/NAME/... in speculative_NAME.json")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the speculative benchmark needs a CUDA GPU")
     t0 = time.perf_counter()
-    run(a.out, n_prompts=a.prompts, max_new=a.max_new, quick=a.quick, hf_prompts=a.hf_prompts,
+    run(a.out, n_prompts=a.prompts, max_new=a.max_new, quick=a.quick, hf_prompts=a.hf_prompts, target=a.target,
+        draft=None if a.draft == "none" else a.draft, prompt_set=a.prompt_set, name=a.name,
         log=lambda msg: print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", flush=True))
 
 
