@@ -14,10 +14,10 @@ import json
 
 try:
     import _common  # noqa: F401  (puts the repository on sys.path)
-    import build_copy, build_copy_long, build_honesty, build_math, build_tokenizer, build_traces
+    import build_copy, build_copy_long, build_honesty, build_math, build_open, build_tokenizer, build_traces
     from _common import out_dir
 except ImportError:
-    from data import build_copy, build_copy_long, build_honesty, build_math, build_tokenizer, build_traces
+    from data import build_copy, build_copy_long, build_honesty, build_math, build_open, build_tokenizer, build_traces
     from data._common import out_dir
 
 MANIFEST = "manifest.json"
@@ -30,8 +30,9 @@ def build(out=None) -> dict:
     for mod in (build_math, build_honesty, build_traces, build_copy, build_copy_long):
         files += mod.build(out)
     tok = build_tokenizer.build(out, data_root=out)
-    manifest = {"generator": "data/build_all.py", "files": {e.pop("path"): e for e in files},
-                "tokenizer": tok[0]}
+    opened = build_open.build(out)   # the procedural corpus's eval sets, SFT traces and tokenizer
+    manifest = {"generator": "data/build_all.py", "files": {e.pop("path"): e for e in files + opened[:-1]},
+                "tokenizer": tok[0], "tokenizer_open": opened[-1]}
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 

@@ -41,6 +41,7 @@ def test_manifest_matches_files(manifest):
         assert len(load(name)) == entry["count"], name
         assert isinstance(entry["seed"], int)
     assert sha256_file(DATA / "tokenizer" / "tokenizer.json") == manifest["tokenizer"]["sha256"]
+    assert sha256_file(DATA / "tokenizer_open" / "tokenizer.json") == manifest["tokenizer_open"]["sha256"]
 
 
 def test_required_sizes(manifest):
