@@ -9,6 +9,9 @@ mkdir -p "$job/sft"
 python3 -m t4lib.models.tiny train --preset small-gpu --out "$job/model" > "$job/train.log" 2>&1
 echo $? > "$job/train.rc"
 rm -rf data/models/small-gpu && cp -r "$job/model" data/models/small-gpu || exit 1
+python3 -m t4lib.speculative.bench --out "$job/spec" --target small-gpu --draft none --prompt-set open \
+  --name small-gpu --max-new 512 --prompts 40 --hf-prompts 4 > "$job/spec.log" 2>&1
+echo $? > "$job/spec.rc"
 pids=()
 for lr in 3e-4 1e-4; do
   for seed in 0 1 2; do
@@ -20,6 +23,3 @@ for lr in 3e-4 1e-4; do
   done
 done
 rc=0; for p in "${pids[@]}"; do wait $p || rc=1; done; echo $rc > "$job/sft.rc"
-python3 -m t4lib.speculative.bench --out "$job/spec" --target small-gpu --draft none --prompt-set open \
-  --name small-gpu --max-new 512 --prompts 40 --hf-prompts 4 > "$job/spec.log" 2>&1
-echo $? > "$job/spec.rc"
