@@ -3,22 +3,14 @@ given as token lists or as a padded tensor with an attention mask, decodes exact
 alone; equal-length batches keep their unmasked path; evaluation and GRPO rollouts go through it."""
 import pytest
 import torch
+from random_lm import V, wandering_qwen2
 
 from t4lib.serving import StaticEngine, hf_generate
-
-V = 256
 
 
 @pytest.fixture(scope="module")
 def model():
-    """A random 2-layer Qwen2 whose greedy tokens vary (weight std 0.5), fp32."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(5)
-    cfg = Qwen2Config(vocab_size=V, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, initializer_range=0.5, pad_token_id=0)
-    return Qwen2ForCausalLM(cfg).eval()
+    return wandering_qwen2(pad_token_id=0)
 
 
 def prompts(lengths, seed=0):

@@ -74,6 +74,8 @@ def compare(actual: torch.Tensor, reference: torch.Tensor, rule="strict", *, chu
     ``reference``'s device, ``chunk`` elements at a time).
     """
     name, atol, rtol = tolerances(rule)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise ValueError(f"chunk must be an int >= 1 (elements compared at a time), got {chunk!r}")
     if not isinstance(actual, torch.Tensor) or not isinstance(reference, torch.Tensor):
         raise TypeError("actual and reference must be tensors")
     for arg, t in (("actual", actual), ("reference", reference)):

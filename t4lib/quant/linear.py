@@ -4,7 +4,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .quantize import quantize_gptq, quantize_rtn
 from .w4a16 import QuantizedWeight, check_group_size
+
+# what forward takes (cast to fp16 on CUDA, run by the reference in their own dtype elsewhere): an integer, bool
+# or complex x would be truncated to real values where nn.Linear raises
+INPUT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 
 class QuantLinear(nn.Module):
@@ -60,8 +65,6 @@ class QuantLinear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear, group_size: int = 128, method: str = "rtn",
                     hessian: torch.Tensor | None = None) -> "QuantLinear":
-        from .w4a16 import quantize_gptq, quantize_rtn
-
         if not isinstance(linear, nn.Linear):
             raise TypeError(f"linear must be an nn.Linear, got {type(linear).__name__}")
         if method == "rtn":
@@ -91,6 +94,9 @@ class QuantLinear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         from ..ops import w4a16 as ops
 
+        if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES:
+            raise TypeError(f"x must be a floating-point tensor ({', '.join(str(d) for d in INPUT_DTYPES)}), "
+                            f"got {getattr(x, 'dtype', type(x).__name__)}")
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x has {x.shape[-1]} features, QuantLinear expects in_features={self.in_features}")
         lead = x.shape[:-1]

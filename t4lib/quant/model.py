@@ -23,8 +23,10 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from ..tokens import check_ids_tensor, vocab_size
 from .linear import QuantLinear
-from .w4a16 import GROUP_SIZES, HessianAccumulator
+from .quantize import check_weight_range
+from .w4a16 import GROUP_SIZES, HessianAccumulator, check_group_size
 
 FORMATS = ("fp16", "w4a16")
 METHODS = ("rtn", "gptq")
@@ -105,12 +107,14 @@ def collect_hessians(model: nn.Module, names: list[str], calib: Iterable[torch.T
     acc = {n: HessianAccumulator(mods[n].in_features, mods[n].weight.device) for n in names}
     hooks = [mods[n].register_forward_hook(lambda m, inp, out, a=acc[n]: a.add(inp[0])) for n in names]
     n_batches = 0
+    vocab = vocab_size(model)
     try:
         dev = next(model.parameters()).device
         for ids in calib:
             if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64):
                 raise TypeError(f"calib must yield integer input_ids tensors, got "
                                 f"{getattr(ids, 'dtype', type(ids).__name__)}")
+            check_ids_tensor(ids, vocab, f"calib batch {n_batches}")   # before the embedding indexes them
             model(input_ids=ids.to(dev).reshape(-1, ids.shape[-1]))
             n_batches += 1
     finally:
@@ -121,6 +125,35 @@ def collect_hessians(model: nn.Module, names: list[str], calib: Iterable[torch.T
     return {n: a.H / max(a.n, 1) for n, a in acc.items()}
 
 
+def _linear(model: nn.Module, name: str) -> nn.Linear:
+    parent_name, _, leaf = name.rpartition(".")
+    return getattr(model.get_submodule(parent_name) if parent_name else model, leaf)
+
+
+def _layer_error(name: str, e: Exception) -> Exception:
+    """``e`` naming the layer it came from (same type for a TypeError/ValueError, else RuntimeError)."""
+    cls = type(e) if type(e) in (TypeError, ValueError) else RuntimeError
+    return cls(f"quantize_model: layer {name!r}: {e} (no layer was replaced)")
+
+
+def _check_layer(name: str, lin: nn.Linear, spec: dict) -> None:
+    """Group size, finite weights in the format's fp16 range (what :func:`.quantize.quantize_rtn` refuses)."""
+    try:
+        check_group_size(spec.get("group_size", 128), lin.in_features)
+        if not torch.isfinite(lin.weight).all():
+            raise ValueError("weight contains NaN or Inf")
+        check_weight_range(lin.weight)
+    except (TypeError, ValueError) as e:
+        raise _layer_error(name, e) from e
+
+
+def _quantized(name: str, lin: nn.Linear, spec: dict, hessian) -> QuantLinear:
+    try:
+        return QuantLinear.from_linear(lin, spec.get("group_size", 128), spec.get("method", "rtn"), hessian)
+    except Exception as e:
+        raise _layer_error(name, e) from e
+
+
 @torch.no_grad()
 def quantize_model(model: nn.Module, policy: dict | None = None, *, calib: Iterable[torch.Tensor] | None = None,
                    inplace: bool = True, progress: bool = False) -> nn.Module:
@@ -129,19 +162,22 @@ def quantize_model(model: nn.Module, policy: dict | None = None, *, calib: Itera
     ``policy=None`` uses :func:`default_policy` (RTN, group 128, lm_head fp16).
     Modules whose spec has ``method="gptq"`` need ``calib``: an iterable of
     ``input_ids`` tensors run through the (unquantized) model once to collect
-    each layer's input Hessian. The resolved policy is stored as
-    ``model.t4lib_quant_policy``. Returns the model (a deep copy when
-    ``inplace=False``).
+    each layer's input Hessian. Every layer is checked, then quantized, before
+    any is replaced: a failure names the layer and leaves the model unchanged.
+    The resolved policy is stored as ``model.t4lib_quant_policy``. Returns the
+    model (a deep copy when ``inplace=False``).
     """
     _check_model(model)
     if not linear_names(model):
         raise ValueError(f"model ({type(model).__name__}) has no nn.Linear layers left to quantize")
     pol = resolve_policy(model, policy)
-    if not inplace:
-        model = copy.deepcopy(model)
     todo = [n for n, s in pol.items() if s["format"] == "w4a16"]
     if not todo:
         raise ValueError("the policy quantizes no module (every Linear is fp16)")
+    for name in todo:   # the cheap checks of every layer, before copying, calibrating or quantizing
+        _check_layer(name, _linear(model, name), pol[name])
+    if not inplace:
+        model = copy.deepcopy(model)
     gptq = [n for n in todo if pol[n].get("method", "rtn") == "gptq"]
     hess = {}
     if gptq:
@@ -152,14 +188,14 @@ def quantize_model(model: nn.Module, policy: dict | None = None, *, calib: Itera
     if progress:
         from tqdm.auto import tqdm
         it = tqdm(todo, desc="quantize", leave=False)
+    # every layer is quantized before any is replaced: a layer that fails leaves the model as it was
+    new = {}
     for name in it:
         spec = pol[name]
+        new[name] = _quantized(name, _linear(model, name), spec, hess.pop(name, None))
+    for name, q in new.items():
         parent_name, _, leaf = name.rpartition(".")
-        parent = model.get_submodule(parent_name) if parent_name else model
-        lin = getattr(parent, leaf)
-        q = QuantLinear.from_linear(lin, spec.get("group_size", 128), spec.get("method", "rtn"), hess.pop(name, None))
-        setattr(parent, leaf, q)
-        del lin
+        setattr(model.get_submodule(parent_name) if parent_name else model, leaf, q)
     model.t4lib_quant_policy = pol
     return model
 

@@ -11,9 +11,13 @@ acceptance rule. A multi-token-prediction head plugs in as another ``Drafter``.
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 from torch import nn
+
+from ..tokens import eos_ids, vocab_size
 
 
 class Drafter:
@@ -29,11 +33,10 @@ class Drafter:
         return self.propose(contexts, k), [None] * len(contexts)
 
     @staticmethod
-    def _cut_at_eos(draft: list[int], eos_token_id: int | None) -> list[int]:
-        """No draft across an end of sequence: keep tokens up to and including the first EOS."""
-        if eos_token_id is not None and eos_token_id in draft:
-            return draft[:draft.index(eos_token_id) + 1]
-        return draft
+    def _cut_at_eos(draft: list[int], eos: tuple[int, ...]) -> list[int]:
+        """No draft across an end of sequence: keep tokens up to and including the first of the ``eos`` ids."""
+        hit = next((i for i, t in enumerate(draft) if t in eos), None)
+        return draft if hit is None else draft[:hit + 1]
 
 
 class PromptLookupDrafter(Drafter):
@@ -43,12 +46,13 @@ class PromptLookupDrafter(Drafter):
 
     name = "prompt_lookup"
 
-    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, eos_token_id: int | None = None):
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1, eos_token_id: int | list[int] | None = None):
         if not isinstance(min_ngram, int) or min_ngram < 1:
             raise ValueError(f"min_ngram must be an int >= 1, got {min_ngram!r}")
         if not isinstance(max_ngram, int) or max_ngram < min_ngram:
             raise ValueError(f"max_ngram must be an int >= min_ngram ({min_ngram}), got {max_ngram!r}")
-        self.max_ngram, self.min_ngram, self.eos_token_id = max_ngram, min_ngram, eos_token_id
+        self.max_ngram, self.min_ngram = max_ngram, min_ngram
+        self.eos_token_id = eos_ids(eos_token_id, None)
 
     def lookup(self, tokens: list[int], k: int) -> list[int]:
         """The draft for one context (see the class docstring). The search runs in C: the tokens as int32
@@ -93,9 +97,10 @@ class PromptLookupDrafter(Drafter):
         found = best >= self.min_ngram * S
         draft = tokens.gather(1, (start[:, None] + torch.arange(k, device=dev)).clamp(max=S - 1))
         dlen = torch.where(found, (n - start).clamp(0, k), 0)
-        if self.eos_token_id is not None:   # up to and including the first EOS
+        if self.eos_token_id:   # up to and including the first EOS (compared to each id: no host copy in a graph)
             j = torch.arange(k, device=dev)
-            first = torch.where((draft == self.eos_token_id) & (j < dlen[:, None]), j, k).amin(1)
+            is_eos = functools.reduce(torch.logical_or, [draft == e for e in self.eos_token_id])
+            first = torch.where(is_eos & (j < dlen[:, None]), j, k).amin(1)
             dlen = torch.minimum(dlen, first + 1)
         return draft, dlen
 
@@ -133,7 +138,7 @@ class DraftModelDrafter(Drafter):
 
     name = "draft_model"
 
-    def __init__(self, model: nn.Module, max_len: int = 1024, eos_token_id: int | None = None,
+    def __init__(self, model: nn.Module, max_len: int = 1024, eos_token_id: int | list[int] | None = None,
                  max_batch_size: int = 64, k_max: int = 8, **engine_kw):
         from ..serving import StaticEngine
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
@@ -145,14 +150,14 @@ class DraftModelDrafter(Drafter):
         self.max_len, self.k_max = max_len, k_max
         self.engine = StaticEngine(model, max_len=max_len, **engine_kw)   # sampled drafts
         self.decoder = _plain_decoder(model, max_len, max_batch_size, k_max, **engine_kw)   # greedy drafts
-        self.eos_token_id = eos_token_id
+        self.eos_token_id = eos_ids(eos_token_id, vocab_size(model))
 
     def propose(self, contexts, k):
         k = min(k, self.k_max)
         n = min(k, self.max_len - max(len(c) for c in contexts)) if contexts else 0
         if n < 1:   # the longest context leaves no room: draft nothing
             return [[] for _ in contexts]
-        r = self.decoder.generate([list(c) for c in contexts], n, eos_token_id=self.eos_token_id)
+        r = self.decoder.generate([list(c) for c in contexts], n, eos_token_id=list(self.eos_token_id) or None)
         return [list(map(int, d)) for d in r.new_tokens]   # cut after EOS by the decoder
 
     def propose_sampled(self, contexts, k, sampler, generator):

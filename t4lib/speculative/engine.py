@@ -66,12 +66,15 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..tokens import eos_ids, token_rows, vocab_size
 from .cache import RowStaticCache, causal_row_mask
 from .drafters import Drafter
 from .sampling import Sampler, sample, speculative_accept
 
 warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
 
+# end-of-sequence ids a call on device rounds can stop at (``_BatchState.eos``, padded with -1)
+EOS_MAX = 8
 # device counters of a call on device rounds (``_BatchState.counts``)
 _COUNTS = ("row_forwards", "drafted", "accepted", "no_draft", "trials", "probe_succ", "probe_trials")
 
@@ -101,7 +104,8 @@ def _round_post(logits, draft, dlen, tokens, n, limit, done, eos, counts, hist, 
     else:
         nacc = torch.zeros_like(n)
     cnt = nacc + 1
-    first_eos = torch.where((g == eos) & (j[None] < cnt[:, None]), j[None], q).amin(1)
+    is_eos = (g[:, :, None] == eos).any(-1)
+    first_eos = torch.where(is_eos & (j[None] < cnt[:, None]), j[None], q).amin(1)
     hit = (first_eos < q) & active
     cnt = torch.minimum(torch.where(hit, first_eos + 1, cnt), limit - n) * active
     tokens.scatter_(1, n[:, None] + j[None], g)    # slots past n + cnt are scratch, overwritten later
@@ -205,7 +209,7 @@ class _BatchState:
         # device rounds (greedy, a drafter with ``propose_device``): every row's tokens live on the device
         self.tokens = None                           # [B, slots] context of each row (slot >= n[b]: scratch)
         self.n = self.limit = self.done = None       # [B] context length, its cap, finished
-        self.eos = None                              # [1] end-of-sequence id (-1: none)
+        self.eos = None                              # [EOS_MAX] end-of-sequence ids (-1: none)
         self.counts = None                           # [len(_COUNTS)] device counters of this call
         self.hist = None                             # [k_max + 1] accepted-count histogram
         self.snap = None                             # [B + counters]: what the host reads after a chunk
@@ -242,6 +246,7 @@ class SpeculativeEngine:
         if not isinstance(drafter, Drafter):
             raise TypeError(f"drafter must be a t4lib.speculative Drafter, got {type(drafter).__name__}")
         vocab = int(model.config.vocab_size)
+        self.vocab = vocab_size(model)   # what a prompt's ids index (the embedding's rows)
         dv = getattr(drafter, "vocab_size", None)
         if dv is not None and dv != vocab:
             raise ValueError(f"drafter: the draft model's vocabulary ({dv} tokens) differs from the target's "
@@ -424,7 +429,7 @@ class SpeculativeEngine:
             st.tokens = torch.zeros(B, self.slots, dtype=torch.long, device=dev)
             st.n, st.limit = (torch.ones(B, dtype=torch.long, device=dev) for _ in range(2))
             st.done = torch.zeros(B, dtype=torch.bool, device=dev)
-            st.eos = torch.full((1,), -1, dtype=torch.long, device=dev)
+            st.eos = torch.full((EOS_MAX,), -1, dtype=torch.long, device=dev)
             st.counts = torch.zeros(len(_COUNTS), dtype=torch.long, device=dev)
             st.hist = torch.zeros(self.k_max + 1, dtype=torch.long, device=dev)
             st.snap = torch.zeros(B + len(_COUNTS), dtype=torch.long, device=dev)
@@ -527,26 +532,13 @@ class SpeculativeEngine:
         return logits[torch.arange(B, device=self.device), last.to(self.device)], False
 
     # ------------------------------------------------------------------ generate
-    def _check_inputs(self, input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed):
+    def _check_inputs(self, input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed, eos_token_id):
         if not isinstance(do_sample, bool):
             raise TypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
         sampler = Sampler(temperature, top_k) if do_sample else None   # raises on a bad temperature / top_k
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-        if isinstance(input_ids, torch.Tensor):
-            if input_ids.dtype not in (torch.int32, torch.int64):
-                raise TypeError(f"input_ids must be an integer tensor, got {input_ids.dtype}")
-            if input_ids.dim() == 1:
-                input_ids = input_ids[None]
-            if input_ids.dim() != 2:
-                raise ValueError(f"input_ids must be [B, T], got shape {list(input_ids.shape)}")
-            rows = input_ids.tolist()
-        elif isinstance(input_ids, (list, tuple)) and input_ids and all(isinstance(r, (list, tuple)) for r in input_ids):
-            rows = [list(map(int, r)) for r in input_ids]
-        else:
-            raise TypeError("input_ids must be a [B, T] integer tensor or a list of token lists")
-        if any(len(r) < 1 for r in rows):
-            raise ValueError("input_ids: every prompt needs at least one token")
+        rows = token_rows(input_ids, self.vocab)
         if len(rows) > self.max_batch_size:
             raise ValueError(f"input_ids: batch of {len(rows)} exceeds the engine's max_batch_size="
                              f"{self.max_batch_size}")
@@ -560,17 +552,21 @@ class SpeculativeEngine:
             raise ValueError(f"k must be an int >= 1, got {k!r}")
         if k is not None and k not in self.ks:
             raise ValueError(f"k={k} has no verify graph; choose one of ks={self.ks}")
-        return rows, sampler
+        eos = eos_ids(eos_token_id, self.vocab)
+        if len(eos) > EOS_MAX:
+            raise ValueError(f"eos_token_id: at most {EOS_MAX} ids, got {len(eos)}")
+        return rows, sampler, eos
 
     @torch.no_grad()
     def generate(self, input_ids, max_new_tokens: int, *, k: int | None = None,
-                 eos_token_id: int | None = None, do_sample: bool = False, temperature: float = 1.0,
+                 eos_token_id: int | list[int] | None = None, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int = 0, seed: int | None = None) -> SpecResult:
         """Decode up to ``max_new_tokens`` per row of ``input_ids`` (``[B, T]`` tensor or ragged list of token
         lists): greedily, or with ``do_sample`` from ``softmax(logits / temperature)`` cut to ``top_k``
         (module docstring). ``k``: the starting draft length (default the largest of ``ks``); fixed when the
         engine is not adaptive."""
-        rows, sampler = self._check_inputs(input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed)
+        rows, sampler, eos = self._check_inputs(input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed,
+                                                eos_token_id)
         gen = None
         if sampler is not None:
             gen = torch.Generator().manual_seed(
@@ -595,7 +591,7 @@ class SpeculativeEngine:
         ctx = [r + [f] for r, f in zip(rows, first)]      # every token so far; the last not in the cache
         out = [[f] for f in first]
         pos = np.array(lens, dtype=np.int64)               # next free cache slot of each row
-        done = np.array([max_new_tokens == 1 or f == eos_token_id for f in first])
+        done = np.array([max_new_tokens == 1 or f in eos for f in first])
 
         def propose(contexts, kk):
             if sampler is None:
@@ -603,7 +599,7 @@ class SpeculativeEngine:
             return self.drafter.propose_sampled(contexts, kk, sampler, gen)
 
         if on_device and not done.all():
-            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos_token_id, k_next, stats)
+            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos, k_next, stats)
         while not on_device and not done.all():
             active = np.flatnonzero(~done)
             room = min(max_new_tokens - len(out[b]) for b in active)   # tokens the tightest row may still take
@@ -631,7 +627,7 @@ class SpeculativeEngine:
                 stats.plain_steps += m
                 stats.row_forwards += m * len(active)
                 for b in active:
-                    self._emit(b, new[b][:m], out, ctx, done, max_new_tokens, eos_token_id, stats)
+                    self._emit(b, new[b][:m], out, ctx, done, max_new_tokens, eos, stats)
                     pos[b] += m
                 if self.adaptive:
                     t = time.perf_counter()
@@ -665,7 +661,7 @@ class SpeculativeEngine:
                 else:
                     stats.no_draft += 1
                 acc, prop = acc + n, prop + len(d)
-                self._emit(b, em[:n + 1], out, ctx, done, max_new_tokens, eos_token_id, stats)
+                self._emit(b, em[:n + 1], out, ctx, done, max_new_tokens, eos, stats)
                 pos[b] += n + 1
             stats.drafted += prop
             stats.accepted += acc
@@ -698,7 +694,7 @@ class SpeculativeEngine:
         st.n.copy_(up[:, S])
         st.limit.copy_(up[:, S + 1])
         st.done.copy_(up[:, S + 2].bool())
-        st.eos.fill_(-1 if eos is None else int(eos))
+        st.eos.copy_(torch.tensor(list(eos) + [-1] * (EOS_MAX - len(eos))))
         st.counts.zero_()
         st.hist.zero_()
         cuda = self.device.type == "cuda"
@@ -794,8 +790,9 @@ class SpeculativeEngine:
     @staticmethod
     def _emit(b, toks, out, ctx, done, max_new, eos, stats):
         toks = list(map(int, toks))[:max_new - len(out[b])]
-        if eos is not None and eos in toks:
-            toks = toks[:toks.index(eos) + 1]
+        hit = next((i for i, t in enumerate(toks) if t in eos), None)
+        if hit is not None:
+            toks = toks[:hit + 1]
             done[b] = True
         out[b] += toks
         ctx[b] += toks

@@ -26,6 +26,8 @@ import torch
 from torch import nn
 
 from ..quant.model import default_policy, resolve_policy
+from ..quant.quantize import quantize_rtn
+from ..tokens import check_ids_tensor, vocab_size
 
 PRECISIONS = ("fp16", "w4a16")
 PHASES = ("prefill", "decode")
@@ -98,12 +100,12 @@ def layer_sensitivity(model: nn.Module, calib: torch.Tensor, modules: list[str] 
     """KL(p_model || p_model with one Linear RTN-quantized), per token, for each module in ``modules``
     (default: those the W4A16 default policy quantizes). ``calib``: ``[B, T]`` input_ids; ``mask``:
     ``[B, T]`` positions to average over (default all). The weight is swapped in place and restored."""
-    from ..quant.w4a16 import quantize_rtn
     from .importance import token_kl
 
     if not isinstance(calib, torch.Tensor) or calib.dim() != 2 or calib.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"calib must be a [B, T] integer tensor of input_ids, got "
                          f"{getattr(calib, 'shape', type(calib).__name__)}")
+    check_ids_tensor(calib, vocab_size(model), "calib")   # before the embedding indexes them
     pol = default_policy(model, group_size, "rtn")
     names = [n for n, s in pol.items() if s["format"] == "w4a16"] if modules is None else list(modules)
     mods = dict(model.named_modules())
