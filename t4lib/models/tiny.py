@@ -630,7 +630,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
         record["eval_seconds"] = round(time.time() - t_eval, 1)
     record["wall_seconds"] = round(time.time() - t0, 1)
     save(model, tok, out, tok_dir)
-    (out / "training_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    results.write_json(out / "training_record.json", record, indent=2)
     try:
         plot_loss([v for _, v in losses], out / "loss_curve.png",
                   f"{p.name}: {record['n_params'] / 1e6:.1f}M params, {tokens / 1e6:.0f}M tokens (loss every 10 steps)")
