@@ -16,7 +16,8 @@ Generation is greedy through :class:`t4lib.serving.StaticEngine`; batches of
 prompts of different lengths go in as ragged batches, so every row decodes
 exactly as it would alone.
 
-Records come from ``math_heldout`` (held-out templates), ``honesty_answerable``
+Records come from ``math_heldout`` (held-out templates), ``open_validation``/``open_test`` (the procedural
+corpus's held-out productions and pools, ``data/open_math_*.jsonl``, reading questions left out), ``honesty_answerable``
 (the answerable half of the quarantined honesty set), a local ``.jsonl`` or a
 Hugging Face data set (``datasets.load_dataset``, e.g. ``openai/gsm8k``):
 question column ``question`` or ``problem``, gold column ``answer`` (GSM8K's
@@ -49,6 +50,10 @@ def load_eval_records(source: str, *, split: str = "test", n: int | None = None,
     if source == "math_heldout":
         recs = [dict(id=r["id"], question=r["question"], answer=r["answer"], structure=r["structure"],
                      n_steps=int(r["n_steps"])) for r in corpus.load_jsonl("math_heldout.jsonl")]
+    elif source in ("open_validation", "open_test"):   # the procedural corpus's held-out problems
+        recs = [dict(id=r["id"], question=r["question"], answer=r["answer"], structure=r["structure"],
+                     n_steps=int(r["n_steps"])) for r in corpus.load_jsonl(f"open_math_{source[5:]}.jsonl")
+                if r["n_steps"] >= 1]
     elif source == "honesty_answerable":
         recs = [dict(id=r["id"], question=r["question"], answer=r["answer"], structure=r["structure"],
                      n_steps=len(r["steps"])) for r in corpus.load_jsonl("honesty_eval.jsonl") if not r["trap"]]

@@ -415,6 +415,10 @@ EVAL_SETS = {
     "heldout_1_2": ("math_heldout", dict(max_steps=2)),
     "heldout_3_4": ("math_heldout", dict(min_steps=3)),
     "honesty_answerable": ("honesty_answerable", {}),
+    # the procedural corpus's held-out productions and pools (small-gpu): choose on validation, report test
+    "open_validation_1_2": ("open_validation", dict(max_steps=2)),
+    "open_test_1_2": ("open_test", dict(max_steps=2)),
+    "open_test_3_4": ("open_test", dict(min_steps=3)),
 }
 
 
