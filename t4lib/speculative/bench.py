@@ -234,7 +234,8 @@ def projected_speedup(tokens_per_forward: float, k_mean: float, t_of_q) -> float
 # ---------------------------------------------------------------------- the benchmark
 def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int = 8, quick: bool = False,
         target: str = "tiny-gpu", draft: str = "tiny-cpu", device: str = "cuda", log=print,
-        hf_prompts: int | None = None, prompt_set: str = "project", name: str | None = None) -> dict:
+        hf_prompts: int | None = None, prompt_set: str = "project", name: str | None = None,
+        shape_curves: bool = True) -> dict:
     """The whole benchmark (see module docstring); writes ``out_dir/speculative.json``. ``device="cpu"``
     runs the same code paths without the verify-cost curves (a smoke test; CPU times mean nothing).
     ``hf_prompts``: Hugging Face ``generate`` runs on the first this many copy prompts (default: all; 4 with
@@ -286,7 +287,11 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         se_split[kind] = dict(ttft_s=sum(a for a, _, _ in split), decode_s=sum(b for _, b, _ in split),
                               prefill_graph=all(g for _, _, g in split),
                               total_s=t_se[kind])
-        assert outs == refs[kind], "StaticEngine is not deterministic between runs"
+        same = sum(o == r for o, r in zip(outs, refs[kind]))
+        if same < len(ps):   # fp16 near-ties can part two runs of the same prompt: the check below says where
+            errors[f"engine_greedy/{kind}"] = (f"StaticEngine repeated itself on {same}/{len(ps)} {kind} prompts "
+                                               "(the references are its first run)")
+            details.setdefault("engine_repeat_mismatches", {})[kind] = exactness(outs, refs[kind], gaps[kind])
         fig(f"engine_greedy/{kind}/b1/tokens_per_s", ntok[kind] / t_se[kind], "tokens/s",
             note="StaticEngine (static cache, prefill graph per prompt bucket, compiled step in a CUDA graph), "
                  "end to end")
@@ -480,7 +485,8 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     tpf = spec_b1["copy"]["stats"]["tokens_per_forward"]
     k_hist = spec_b1["copy"]["stats"]
     k_mean = (k_hist["drafted"] / max(1, sum(k_hist["accept_hist"]))) if k_hist["drafted"] else 1
-    for shape, kw in tqdm(list(QWEN_SHAPES.items()) if device == "cuda" else [], desc="verify-cost curves"):
+    for shape, kw in tqdm(list(QWEN_SHAPES.items()) if device == "cuda" and shape_curves else [],
+                          desc="verify-cost curves"):
         try:
             m = build_random_model(kw)   # fp16, built on the GPU
             ts = verify_cost_curve(m, qs, reps=5 if quick else 20)
@@ -558,12 +564,15 @@ def main(argv=None):
     ap.add_argument("--draft", default="tiny-cpu", help="draft model sharing the target's vocabulary ('none': skip)")
     ap.add_argument("--prompt-set", default="project", choices=("project", "open"))
     ap.add_argument("--name", default=None, help="figures speculative/NAME/... in speculative_NAME.json")
+    ap.add_argument("--no-shape-curves", action="store_true",
+                    help="skip the verify-cost curves of the Qwen2.5 shapes (random weights) and their T4 projection")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("the speculative benchmark needs a CUDA GPU")
     t0 = time.perf_counter()
     run(a.out, n_prompts=a.prompts, max_new=a.max_new, quick=a.quick, hf_prompts=a.hf_prompts, target=a.target,
         draft=None if a.draft == "none" else a.draft, prompt_set=a.prompt_set, name=a.name,
+        shape_curves=not a.no_shape_curves,
         log=lambda msg: print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", flush=True))
 
 
