@@ -19,7 +19,7 @@ install() {
   fi
   # Keep an existing torch (Colab's, Kaggle's); otherwise take the pinned CPU build.
   "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q torch==2.13.0
-  "$PY" -m pip install -q -e ".[notebooks,train,gguf,dev]"
+  "$PY" -m pip install -q -e ".[notebooks,train,gguf,corpus,dev]"
   "$PY" -m ipykernel install --user --name python3 >/dev/null
 }
 

@@ -15,8 +15,6 @@ DATA = REPO / "data"
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-pytest.importorskip("faker")
-pytest.importorskip("english_words")
 sympy = pytest.importorskip("sympy")
 
 from data._common import read_jsonl, sha256_file  # noqa: E402
