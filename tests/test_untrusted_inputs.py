@@ -278,3 +278,43 @@ def test_declared_transformers_floor_is_one_the_tokenizers_load_on():
     assert tuple(int(p) for p in spec.split(".")[:2]) >= (5, 0)
     tok = json.loads((root / "data" / "tokenizer" / "tokenizer_config.json").read_text())
     assert isinstance(tok.get("extra_special_tokens"), list)
+
+
+# ----------------------------------------------------------------------------- constructors and options
+
+@pytest.mark.parametrize("kw,err,match", [
+    ({"use_graph": "no"}, TypeError, "use_graph must be a bool"), ({"use_graph": 0}, TypeError, "use_graph"),
+    ({"max_len": True}, ValueError, "max_len"),
+])
+def test_static_engine_arguments(model, kw, err, match):
+    with pytest.raises(err, match=match):
+        StaticEngine(model, **kw)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    ({"use_graph": "no"}, TypeError, "use_graph must be a bool"), ({"compile": 1}, TypeError, "compile"),
+    ({"adaptive": "yes"}, TypeError, "adaptive"), ({"margin": -1}, ValueError, "margin"),
+    ({"round_margin": float("nan")}, ValueError, "round_margin"),
+])
+def test_speculative_engine_arguments(model, kw, err, match):
+    with pytest.raises(err, match=match):
+        SpeculativeEngine(model, PromptLookupDrafter(), **kw)
+
+
+@pytest.mark.parametrize("kw,err,match", [
+    ({"group_size": 0}, ValueError, "group_size must be one of"), ({"group_size": 100}, ValueError, "group_size"),
+    ({"method": "awq"}, ValueError, "method must be one of"), ({"keep_fp16": "lm_head"}, TypeError, "keep_fp16"),
+])
+def test_default_policy_arguments(model, kw, err, match):
+    from t4lib.quant import default_policy
+
+    with pytest.raises(err, match=match):
+        default_policy(model, **kw)
+
+
+@pytest.mark.parametrize("kw", [{"inplace": "no"}, {"progress": 1}])
+def test_quantize_model_flags(model, kw):
+    m = fresh(model)
+    with pytest.raises(TypeError, match="must be a bool"):
+        quantize_model(m, **kw)
+    assert not any(isinstance(x, QuantLinear) for x in m.modules())

@@ -41,6 +41,12 @@ def default_policy(model: nn.Module, group_size: int = 128, method: str = "rtn",
                    keep_fp16: Iterable[str] = KEEP_FP16) -> dict[str, dict]:
     """name -> spec for every nn.Linear of ``model`` (see module docstring)."""
     _check_model(model)
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size not in GROUP_SIZES:
+        raise ValueError(f"group_size must be one of {GROUP_SIZES}, got {group_size!r}")
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if isinstance(keep_fp16, str):
+        raise TypeError(f"keep_fp16 must be an iterable of module names, not one string ({keep_fp16!r})")
     keep = tuple(keep_fp16)
     pol = {}
     for name, mod in model.named_modules():
@@ -168,6 +174,9 @@ def quantize_model(model: nn.Module, policy: dict | None = None, *, calib: Itera
     model (a deep copy when ``inplace=False``).
     """
     _check_model(model)
+    for name, v in (("inplace", inplace), ("progress", progress)):
+        if not isinstance(v, bool):
+            raise TypeError(f"{name} must be a bool, got {type(v).__name__}")
     if not linear_names(model):
         raise ValueError(f"model ({type(model).__name__}) has no nn.Linear layers left to quantize")
     pol = resolve_policy(model, policy)

@@ -210,7 +210,9 @@ class StaticEngine:
             (p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
         self.max_len = max_len
         self.device = next(model.parameters()).device
-        self.use_graph = (self.device.type == "cuda") if use_graph is None else bool(use_graph)
+        if use_graph is not None and not isinstance(use_graph, bool):
+            raise TypeError(f"use_graph must be a bool or None, got {type(use_graph).__name__}")
+        self.use_graph = (self.device.type == "cuda") if use_graph is None else use_graph
         if self.use_graph and self.device.type != "cuda":
             raise ValueError("use_graph=True needs the model on a CUDA device")
         if compile is not None and not isinstance(compile, bool):

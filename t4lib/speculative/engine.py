@@ -58,6 +58,8 @@ sample one token per target forward on the host. All random draws come from one 
 """
 from __future__ import annotations
 
+import math
+import numbers
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -263,8 +265,14 @@ class SpeculativeEngine:
         for name, v in (("rounds_per_sync", rounds_per_sync), ("in_flight", in_flight)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {v!r}")
-        if device_rounds is not None and not isinstance(device_rounds, bool):
-            raise TypeError(f"device_rounds must be a bool or None, got {type(device_rounds).__name__}")
+        for name, v in (("device_rounds", device_rounds), ("use_graph", use_graph), ("compile", compile)):
+            if v is not None and not isinstance(v, bool):
+                raise TypeError(f"{name} must be a bool or None, got {type(v).__name__}")
+        if not isinstance(adaptive, bool):
+            raise TypeError(f"adaptive must be a bool, got {type(adaptive).__name__}")
+        for name, v in (("margin", margin), ("round_margin", round_margin)):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or v < 0:
+                raise ValueError(f"{name} must be a finite number >= 0, got {v!r}")
         self.rounds_per_sync, self.in_flight = rounds_per_sync, in_flight
         self.model, self.drafter = model.eval(), drafter
         self.max_len, self.max_batch_size = max_len, max_batch_size
