@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # small-gpu end to end on one GPU, into $1 (default /tmp/job): pretrain the preset (evaluated on validation
-# and test), install it as data/models/small-gpu, cold-start SFT (two learning rates x three seeds side by
-# side, evaluated on the open validation and test sets; the recipe is chosen on validation), then the
-# speculative-decoding benchmark on the open test split alone on the GPU. Each stage writes <stage>.rc.
+# and test), install it as data/models/small-gpu, benchmark speculative decoding on the open test split (alone
+# on the GPU), then cold-start SFT (two learning rates x three seeds side by side, evaluated on the open
+# validation and test sets; gather.py chooses the rate on validation). Each stage writes <stage>.rc.
 set -uo pipefail
 job=${1:-/tmp/job}
 mkdir -p "$job/sft"

@@ -442,11 +442,7 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     n_tokens = sum(len(d[0]) for d in doc_ids)
     model = build_model(p, tok, seed=p.seed).to(device)
     model.train()
-    decay = [q for n, q in model.named_parameters() if q.ndim >= 2]
-    no_decay = [q for n, q in model.named_parameters() if q.ndim < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], lr=p.lr, betas=(0.9, 0.95),
-                            **({"fused": True} if device.startswith("cuda") else {}))
+    opt = _optimizer(model, p, device)
     amp_dtype = None
     if device.startswith("cuda"):
         amp_dtype = torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
@@ -462,21 +458,8 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
         for g in opt.param_groups:
             g["lr"] = _lr_at(step, p)
         with torch.autocast(device_type="cuda", dtype=amp_dtype, enabled=amp_dtype is not None):
-            logits = model(input_ids=batch[:, :-1]).logits
-            nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
-                                                    batch[:, 1:].reshape(-1), reduction="none")
-            loss = (nll * wts.reshape(-1)).sum() / wts.sum().clamp_min(1.0)
-        opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+            loss = _weighted_loss(model, batch, wts)
+        _update(model, opt, scaler, loss)
         losses.append(loss.item())
         if step % 10 == 0:
             bar.set_postfix(loss=f"{losses[-1]:.3f}", epoch=epoch)
@@ -538,6 +521,22 @@ def _weighted_loss(model, batch, wts):
     return (nll * wts.reshape(-1)).sum() / wts.sum().clamp_min(1.0)
 
 
+def _update(model, opt, scaler, loss):
+    """One optimizer step: backward (through the fp16 GradScaler when there is one), clip at norm 1, step."""
+    import torch
+    opt.zero_grad(set_to_none=True)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+
 def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = True, progress: bool = True,
                    command: str = "") -> dict:
     """Pretrain ``p`` on the procedural corpus generated while it trains (``p.workers`` processes), then
@@ -584,17 +583,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
                 print(f"torch.compile failed ({type(err).__name__}: {err}); training eagerly", file=sys.stderr)
                 loss_fn, compiled = _weighted_loss, False
                 loss = loss_fn(model, batch, wts)
-        opt.zero_grad(set_to_none=True)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.unscale_(opt)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
+        _update(model, opt, scaler, loss)
         if step % 10 == 0 or step == p.steps - 1:
             losses.append((step, loss.item()))
             bar.set_postfix(loss=f"{losses[-1][1]:.3f}")
