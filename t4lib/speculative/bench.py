@@ -77,7 +77,9 @@ def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
     recs = corpus.load_jsonl(PROMPT_FILES[kind])
     if kind == "open_copy":
         recs = [r for r in recs if len(tok(r["output"], add_special_tokens=False)["input_ids"]) >= MIN_OPEN_COPY_TOKENS]
-    recs = recs[::max(1, len(recs) // n)][:n]     # spread over the file's kinds and structures
+    if kind.startswith("open_"):   # these files are ordered by task kind and structure: spread over them
+        recs = recs[::max(1, len(recs) // n)]
+    recs = recs[:n]
     texts = [schema.math_prompt(r["question"]) if "question" in r else schema.copy_prompt(r["instruction"], r["input"])
              for r in recs]
     return [tok(t)["input_ids"] for t in texts]
