@@ -47,7 +47,8 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from . import corpus, schema
+from .. import results
+from . import corpus, open_eval, procedural, schema
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -545,8 +546,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     import torch
     from tqdm.auto import tqdm
 
-    from .. import results
-    from . import open_eval, packing, procedural
+    from . import packing      # imports torch: kept off the torch-free import path of this module
     t0 = time.time()
     tok_dir = corpus.data_dir() / p.tokenizer
     tok = load_tokenizer(tok_dir)
@@ -594,7 +594,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     del batches
     tokens = p.steps * p.batch_size * p.seq_len
     tail = [v for _, v in losses[-max(1, min(20, len(losses) // 5)):]]
-    import faker
+    import faker               # the corpus extra (optional dependency)
     record = dict(
         preset=p.name, preset_config={k: v for k, v in asdict(p).items() if k != "extra"},
         n_params=n_params(model), model_config=model.config.to_dict(),
