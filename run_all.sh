@@ -33,15 +33,17 @@ VERSION_TESTS=(tests/test_serving.py tests/test_speculative.py tests/test_ragged
 # transformers 5.0's StaticLayer writes K/V at the position passed in (no cumulative_length counter; later
 # releases keep one), so this negative control (a warm-up that does not restore the counters shifts the
 # logits) has nothing to detect there.
-VERSION_DESELECT=(--deselect "tests/test_serving.py::test_warm_up_leaves_the_cache_where_it_was[False]")
+COUNTERLESS_CACHE_DESELECT=(--deselect "tests/test_serving.py::test_warm_up_leaves_the_cache_where_it_was[False]")
 
 run_version_matrix() {
   local rc=0 v venv
   for v in $TRANSFORMERS_MATRIX; do
+    local deselect=()
+    [ "$v" = 5.0.0 ] && deselect=("${COUNTERLESS_CACHE_DESELECT[@]}")
     venv=$(mktemp -d)/venv
     echo "== engines and trainers against transformers $v"
     "$PY" -m venv --system-site-packages "$venv" && "$venv/bin/python" -m pip install -q "transformers==$v" \
-      && "$venv/bin/python" -m pytest -q -p no:cacheprovider "${VERSION_TESTS[@]}" "${VERSION_DESELECT[@]}" \
+      && "$venv/bin/python" -m pytest -q -p no:cacheprovider "${VERSION_TESTS[@]}" "${deselect[@]}" \
       || rc=1
     rm -rf "$(dirname "$venv")"
   done
