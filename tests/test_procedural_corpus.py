@@ -1,6 +1,7 @@
 """The procedural corpus: determinism, held-out productions and pools, quarantine, certified answers,
 bad input, and its packed training stream."""
 
+import itertools
 import json
 import random
 import re
@@ -65,15 +66,15 @@ def _sentences(text):
 
 
 def test_stream_is_deterministic_and_seed_dependent():
-    a = [next(P.stream(3)) for _ in range(1)] + list(__import__("itertools").islice(P.stream(3), 50))
-    b = [next(P.stream(3)) for _ in range(1)] + list(__import__("itertools").islice(P.stream(3), 50))
-    c = list(__import__("itertools").islice(P.stream(4), 50))
+    a = list(itertools.islice(P.stream(3), 50))
+    b = list(itertools.islice(P.stream(3), 50))
+    c = list(itertools.islice(P.stream(4), 50))
     assert a == b
-    assert a[1:] != c
+    assert a != c
 
 
 def test_stream_never_repeats_a_document_in_practice():
-    docs = [p + c for _, p, c in __import__("itertools").islice(P.stream(0), 3000) if "=" not in p[:12]]
+    docs = [p + c for _, p, c in itertools.islice(P.stream(0), 3000) if "=" not in p[:12]]
     assert len(set(docs)) >= 0.99 * len(docs)
 
 
@@ -120,7 +121,7 @@ def test_quarantined_entities_are_in_no_pool_and_no_generated_text():
         assert not q_names & set(pool.names)
         assert not q_items & {w for pair in pool.items for w in pair}
         assert not q_items & set(pool.words)
-    text = " ".join(p + c for _, p, c in __import__("itertools").islice(P.stream(1), 2000))
+    text = " ".join(p + c for _, p, c in itertools.islice(P.stream(1), 2000))
     words = set(re.findall(r"[A-Za-z]+", text))
     assert not (q_names | q_items) & words
     for name in ["open_traces.jsonl"] + SPLIT_FILES:

@@ -76,7 +76,7 @@ seed_mean("sft/small-gpu/grounded_pass_two_step", [a["open_test_1_2"]["two_step"
 seed_mean("sft/small-gpu/grounded_pass_3_4_steps", [a["open_test_3_4"]["overall"] for a in after], "grounded", note)
 worst = {}
 for a in after:
-    for s, v in a["open_test_1_2"]["by_structure"].items():   # noqa: B007
+    for s, v in a["open_test_1_2"]["by_structure"].items():
         worst.setdefault(s, []).append(v["grounded"]["rate"])
 before = next(r["before"] for r in runs.values() if "before" in r)
 measured("sft/small-gpu/base/plain_exact_match", before["plain"]["open_test_1_2"]["overall"]["correct"],

@@ -18,6 +18,7 @@ frac_add, frac_of, lin, add_mul, mul_sub, sub_div, two_products, shop_change (th
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import string
@@ -129,7 +130,7 @@ def _div(r):
 
 
 def _pct_base(r, pct, lo, hi):
-    unit = 100 // __import__("math").gcd(pct, 100)
+    unit = 100 // math.gcd(pct, 100)
     return unit * r.randint(max(1, -(-lo // unit)), max(1, hi // unit))
 
 

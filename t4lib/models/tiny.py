@@ -106,9 +106,8 @@ PRESETS = {
                        seq_len=256, lr=2e-3, warmup=100, weight_decay=0.3, drills=60000, math_repeat=3,
                        chat_fraction=0.0, eval_math=400, eval_copy=300, eval_batch=128),
     # small-gpu: a model that reads and copies. Trained on the procedural corpus (open vocabularies, a
-    # sentence grammar, never a repeated document), 3400 steps of 64 x 1024 tokens (223M tokens). Learning
-    # rate 1e-3: of two arms trained side by side (2e-3 and 1e-3, labs/small_gpu_recipe/), the higher score on
-    # the validation split.
+    # sentence grammar, never a repeated document), 3400 steps of 64 x 1024 tokens. The learning rate is the
+    # one of two arms trained side by side (2e-3 and 1e-3) with the higher score on the validation split.
     "small-gpu": Preset("small-gpu", hidden_size=384, num_hidden_layers=8, num_attention_heads=6,
                         num_key_value_heads=2, intermediate_size=1536, steps=3400, batch_size=64, seq_len=1024,
                         lr=1e-3, warmup=200, weight_decay=0.1, prompt_weight=0.25, drills=0,
