@@ -8,8 +8,9 @@ while a model trains. What is committed:
 * ``open_math_{validation,test}.jsonl``: answerable word problems of every structure, held-out
   productions and held-out pools; ``open_traps_{validation,test}.jsonl``: their vague, missing
   and contradicted twins; ``open_copy_{validation,test}.jsonl``: copy/edit tasks with long
-  outputs (held-out instruction wording, held-out vocabulary). Validation chooses recipes, test
-  reports them; no question text is in both;
+  outputs (held-out instruction productions, held-out vocabulary). Validation chooses recipes, test
+  reports them; no question text is in both. Every sentence of these sets is a held-out production
+  of :mod:`t4lib.models.grammar`, never a training one;
 * ``open_traces.jsonl``: five-tag traces of training-split problems, each certified with SymPy
   (``schema.certify_trace``) before it is written (the cold-start SFT data).
 
@@ -48,8 +49,9 @@ def _math_record(doc: P.MathDoc, split: str, i: int) -> dict:
     return rec
 
 
-def eval_sets(seed: int = SEED) -> dict[str, list[dict]]:
-    """``{file name: records}`` of the validation and test sets (one generator, so no question is in both)."""
+def eval_docs(seed: int = SEED) -> dict[str, dict[str, list]]:
+    """``{split: {"math": docs, "traps": docs, "copy": docs}}`` for validation and test (one generator, so no
+    question is in both); the documents keep the productions they were rendered with."""
     r = random.Random(seed)
     seen: set[str] = set()
     out = {}
@@ -73,16 +75,23 @@ def eval_sets(seed: int = SEED) -> dict[str, list[dict]]:
             if s == "lin":
                 continue
             for _ in range(TRAPS_PER_STRUCTURE[split]):
-                traps.append(fresh(lambda: P.render_problem(r, split, s, trap=r.choice(
-                    ["vague", "missing", "contradiction"]))))
+                traps.append(fresh(lambda: P.render_problem(r, split, s, trap=r.choice(P.TRAPS))))
         for k in P.COPY_KINDS:
             for _ in range(COPY_PER_KIND[split]):
                 copies.append(fresh(lambda: P.render_copy(r, split, k, COPY_EVAL_SIZE)))
-        out[f"open_math_{split}.jsonl"] = [_math_record(d, split, i) for i, d in enumerate(math)]
-        out[f"open_traps_{split}.jsonl"] = [_math_record(d, split, i) for i, d in enumerate(traps)]
+        out[split] = dict(math=math, traps=traps, copy=copies)
+    return out
+
+
+def eval_sets(seed: int = SEED) -> dict[str, list[dict]]:
+    """``{file name: records}`` of the validation and test sets."""
+    out = {}
+    for split, docs in eval_docs(seed).items():
+        out[f"open_math_{split}.jsonl"] = [_math_record(d, split, i) for i, d in enumerate(docs["math"])]
+        out[f"open_traps_{split}.jsonl"] = [_math_record(d, split, i) for i, d in enumerate(docs["traps"])]
         out[f"open_copy_{split}.jsonl"] = [dict(id=f"open-copy-{split}-{i:04d}", split=split, kind=c.kind,
                                                 instruction=c.instruction, input=c.input, output=c.output)
-                                           for i, c in enumerate(copies)]
+                                           for i, c in enumerate(docs["copy"])]
     return out
 
 
@@ -120,5 +129,9 @@ def build(out=None) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for entry in build():
+    import argparse
+    from pathlib import Path
+    ap = argparse.ArgumentParser(description="Rebuild the procedural corpus's tokenizer, eval sets and traces.")
+    ap.add_argument("--out", type=Path, default=None, help="output directory (default: data/)")
+    for entry in build(ap.parse_args().out):
         print(entry)

@@ -9,7 +9,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from t4lib import results
+from t4lib.core import results
 from t4lib.train import sft
 
 job, slug = Path(sys.argv[1]), sys.argv[2]

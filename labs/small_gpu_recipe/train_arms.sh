@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Pretrain small-gpu twice side by side on one GPU (learning rate 2e-3 and 1e-3, the same procedural
-# stream), each evaluated on the validation and test splits; the preset keeps the arm with the higher
-# validation score (t4lib.models.open_eval.score). Writes into $1 (default /tmp/small_gpu_arms).
+# Pretrain two small-gpu arms side by side on one GPU (the same procedural stream, learning rate 1e-3):
+# "small" is the preset (hidden 384, 20.5M parameters), "wide" the same depth at hidden 512 and 8 heads
+# (28M). Each is evaluated on the validation and test splits; collect.py keeps the arm with the higher
+# validation score (t4lib.models.open_eval.score). Seven data workers each (a 16-core host).
+# Writes into $1 (default /tmp/small_gpu_arms).
 set -euo pipefail
 out=${1:-/tmp/small_gpu_arms}
 mkdir -p "$out"
-python3 -m t4lib.models.tiny train --preset small-gpu --set lr=2e-3 --out "$out/lr2e-3" > "$out/lr2e-3.log" 2>&1 &
+python3 -m t4lib.models.tiny train --preset small-gpu --set workers=7 --out "$out/small" > "$out/small.log" 2>&1 &
 a=$!
-python3 -m t4lib.models.tiny train --preset small-gpu --set lr=1e-3 --out "$out/lr1e-3" > "$out/lr1e-3.log" 2>&1 &
+python3 -m t4lib.models.tiny train --preset small-gpu --set workers=7 --set hidden_size=512 \
+  --set num_attention_heads=8 --out "$out/wide" > "$out/wide.log" 2>&1 &
 b=$!
 rc=0
 wait $a || rc=1

@@ -3,6 +3,7 @@
 * ``math_1step_exact`` / ``math_2step_exact``: answerable problems of one or two steps
   (``data/open_math_<split>.jsonl``), exact when ``The answer is X`` equals the answer;
   ``math_lookup_exact``: reading one stated count; ``math_by_structure``;
+* ``math_abstained``: answerable problems wrongly answered with the abstention tag (over-abstention);
 * ``trap_abstention``: the vague, missing and contradicted twins answered with the tag;
 * ``copy_exact_match``: copy/edit tasks whose reference output has at least ``min_copy_tokens``
   tokens, whole output generated and compared exactly; ``copy_by_kind``.
@@ -13,7 +14,7 @@ left padding and the attention mask, rows grouped by prompt length.
 
 from __future__ import annotations
 
-from . import corpus, schema
+from t4lib.models import corpus, schema
 
 
 def _generate(model, tok, prompts: list[str], max_new: list[int] | int, batch_size: int, device) -> list[str]:
@@ -52,6 +53,7 @@ def eval_math(model, tok, split: str, device, batch_size: int = 128, n: int | No
                 math_3_4step_exact=_rate(pick(lambda r: r["n_steps"] >= 3)),
                 math_lookup_exact=_rate(pick(lambda r: r["structure"] == "lookup")),
                 math_by_structure={s: _rate(v) for s, v in sorted(by.items())},
+                math_abstained=_rate([schema.extract_answer(o) == "abstain" for o in outs]),
                 math_examples=[dict(question=r["question"], output=o, answer=r["answer"])
                                for r, o in list(zip(recs, outs))[:4]])
 

@@ -14,6 +14,10 @@ verify lines make the five-tag trace, which :func:`t4lib.models.schema.certify_t
 Structures (``STRUCTURES``): add, sub, mul, div, pct_of, pct_off, rate_dist, rate_time,
 frac_add, frac_of, lin, add_mul, mul_sub, sub_div, two_products, shop_change (the sixteen of
 ``data/build_math.py``) and add_sub, add_add, compare, times.
+
+Traps come with answerable twins in the same surface forms (a vague count about someone else's
+things, a restatement of the starting amount that agrees), so abstaining depends on whether the
+needed quantity is usable, not on how the text looks.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ import re
 import string
 from dataclasses import dataclass, field
 from fractions import Fraction
+from itertools import accumulate
 
-from . import grammar, schema
-from .pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for
+from t4lib.models import grammar, schema
+from t4lib.models.pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for
 
 SPLITS = ("train", "validation", "test")
 _NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -51,6 +56,7 @@ class Sentence:
     slot: str
     values: dict                      # placeholder -> value (int, Fraction, str)
     need: str | None = None           # the placeholder holding a needed quantity (None: none)
+    droppable: bool = True            # without this sentence the question cannot be answered
 
 
 @dataclass
@@ -81,7 +87,8 @@ def _step(expr: str, value) -> tuple[str, Fraction]:
 
 def _add(r):
     a, b = r.randint(3, 60), r.randint(2, 40)
-    return Problem("add", [Sentence("have", dict(n=a), "n"), Sentence("gain", dict(n=b), "n")], Sentence("q_now", {}),
+    return Problem("add", [Sentence("have", dict(n=a), "n"), Sentence("gain", dict(n=b), "n", False)],
+                   Sentence("q_now", {}),
                    [_step(f"{a} + {b}", a + b)], ["Add the amount gained to the starting amount."],
                    [f"{a + b} - {b} = {a}"], [("starting amount", a), ("amount gained", b)])
 
@@ -89,7 +96,8 @@ def _add(r):
 def _sub(r):
     a = r.randint(15, 90)
     b = r.randint(2, a - 3)
-    return Problem("sub", [Sentence("have", dict(n=a), "n"), Sentence("lose", dict(n=b), "n")], Sentence("q_now", {}),
+    return Problem("sub", [Sentence("have", dict(n=a), "n"), Sentence("lose", dict(n=b), "n", False)],
+                   Sentence("q_now", {}),
                    [_step(f"{a} - {b}", a - b)], ["Subtract the amount lost from the starting amount."],
                    [f"{a - b} + {b} = {a}"], [("starting amount", a), ("amount lost", b)])
 
@@ -97,8 +105,8 @@ def _sub(r):
 def _add_sub(r):
     a, b = r.randint(10, 60), r.randint(2, 30)
     c = r.randint(2, a + b - 2)
-    return Problem("add_sub", [Sentence("have", dict(n=a), "n"), Sentence("gain", dict(n=b), "n"),
-                               Sentence("lose", dict(n=c), "n")], Sentence("q_now", {}),
+    return Problem("add_sub", [Sentence("have", dict(n=a), "n"), Sentence("gain", dict(n=b), "n", False),
+                               Sentence("lose", dict(n=c), "n", False)], Sentence("q_now", {}),
                    [_step(f"{a} + {b}", a + b), _step(f"{a + b} - {c}", a + b - c)],
                    ["Add the amount gained to the starting amount.", "Subtract the amount lost."],
                    [f"{a + b - c} + {c} - {b} = {a}"], [("starting amount", a), ("amount gained", b),
@@ -107,8 +115,8 @@ def _add_sub(r):
 
 def _add_add(r):
     a, b, c = r.randint(3, 50), r.randint(2, 30), r.randint(2, 30)
-    return Problem("add_add", [Sentence("have", dict(n=a), "n"), Sentence("gain", dict(n=b), "n"),
-                               Sentence("gain", dict(n=c), "n")], Sentence("q_now", {}),
+    return Problem("add_add", [Sentence("have", dict(n=a), "n"), Sentence("gain", dict(n=b), "n", False),
+                               Sentence("gain", dict(n=c), "n", False)], Sentence("q_now", {}),
                    [_step(f"{a} + {b}", a + b), _step(f"{a + b} + {c}", a + b + c)],
                    ["Add the first amount gained to the starting amount.", "Add the second amount gained."],
                    [f"{a + b + c} - {c} - {b} = {a}"], [("starting amount", a), ("first amount gained", b),
@@ -203,7 +211,7 @@ def _lin(r):
 def _add_mul(r):
     a, b, c = r.randint(2, 9), r.randint(2, 9), r.randint(2, 12)
     return Problem("add_mul", [Sentence("two_counts", dict(n=a, m=b), r.choice(["n", "m"])),
-                               Sentence("each_gets", dict(k=c), "k")], Sentence("q_total", {}),
+                               Sentence("each_gets", dict(k=c), "k")], Sentence("q_handed_total", {}),
                    [_step(f"{a} + {b}", a + b), _step(f"{a + b} * {c}", (a + b) * c)],
                    ["Add the two group counts.", "Multiply by the amount each one gets."],
                    [f"{(a + b) * c} / {c} - {b} = {a}"], [("first count", a), ("second count", b), ("amount each", c)])
@@ -213,7 +221,7 @@ def _mul_sub(r):
     g, per = r.randint(2, 9), r.randint(3, 12)
     c = r.randint(1, g * per - 1)
     return Problem("mul_sub", [Sentence("groups", dict(g=g, per=per), r.choice(["g", "per"])),
-                               Sentence("lose", dict(n=c), "n")], Sentence("q_now", {}),
+                               Sentence("lose", dict(n=c), "n", False)], Sentence("q_now", {}),
                    [_step(f"{g} * {per}", g * per), _step(f"{g * per} - {c}", g * per - c)],
                    ["Multiply to get the total.", "Subtract the amount taken away."],
                    [f"({g * per - c} + {c}) / {per} = {g}"], [("number of groups", g), ("amount in each", per),
@@ -223,7 +231,7 @@ def _mul_sub(r):
 def _sub_div(r):
     b, g, q = r.randint(1, 20), r.randint(2, 8), r.randint(2, 10)
     a = b + g * q
-    return Problem("sub_div", [Sentence("have", dict(n=a), "n"), Sentence("keep", dict(n=b), "n"),
+    return Problem("sub_div", [Sentence("have", dict(n=a), "n"), Sentence("keep", dict(n=b), "n", False),
                                Sentence("share_rest", dict(g=g), "g")], Sentence("q_each", {}),
                    [_step(f"{a} - {b}", a - b), _step(f"{a - b} / {g}", q)],
                    ["Subtract the amount kept aside.", "Divide the rest into equal parts."],
@@ -247,8 +255,8 @@ def _times(r):
 
 def _two_products(r):
     a, b, c, d = r.randint(2, 9), r.randint(2, 12), r.randint(2, 9), r.randint(2, 12)
-    return Problem("two_products", [Sentence("buy", dict(n=a, money=b, kind=0), r.choice(["n", "money"])),
-                                    Sentence("buy", dict(n=c, money=d, kind=1), r.choice(["n", "money"]))],
+    return Problem("two_products", [Sentence("buy", dict(n=a, money=b, kind=0), r.choice(["n", "money"]), False),
+                                    Sentence("buy", dict(n=c, money=d, kind=1), r.choice(["n", "money"]), False)],
                    Sentence("q_spend", {}),
                    [_step(f"{a} * {b}", a * b), _step(f"{c} * {d}", c * d), _step(f"{a * b} + {c * d}", a * b + c * d)],
                    ["Cost of the first kind.", "Cost of the second kind.", "Add the two costs."],
@@ -261,8 +269,8 @@ def _shop_change(r):
     e = a * b + c * d + r.randint(1, 40)
     t = a * b + c * d
     return Problem("shop_change", [Sentence("money", dict(money=e), "money"),
-                                   Sentence("buy", dict(n=a, money=b, kind=0), r.choice(["n", "money"])),
-                                   Sentence("buy", dict(n=c, money=d, kind=1), r.choice(["n", "money"]))],
+                                   Sentence("buy", dict(n=a, money=b, kind=0), r.choice(["n", "money"]), False),
+                                   Sentence("buy", dict(n=c, money=d, kind=1), r.choice(["n", "money"]), False)],
                    Sentence("q_change", {}),
                    [_step(f"{a} * {b}", a * b), _step(f"{c} * {d}", c * d), _step(f"{a * b} + {c * d}", t),
                     _step(f"{e} - {t}", e - t)],
@@ -289,12 +297,12 @@ def _count(r, n: int, words: bool) -> str:
 def _render_value(r, key: str, value, vague: bool, words: bool) -> str:
     if key == "pct":
         if vague:
-            return r.choice(["a certain percent", "some percent", "part"])
+            return r.choice(["a certain percent", "some percent"])
         return f"{value}%" if r.random() < 0.7 else f"{value} percent"
     if key in ("f", "f2"):
         return r.choice(["part", "some part"]) if vague else str(value)   # as written: 5/10 stays 5/10
     if key in ("money", "money2"):
-        return r.choice(["a certain amount", "some money"]) if vague else (
+        return r.choice(["a certain amount", "some amount"]) if vague else (
             f"{value} dollars" if r.random() < 0.8 else f"${value}")
     if key in _COUNTS:
         return r.choice(grammar.VAGUE) if vague else _count(r, value, words)
@@ -302,7 +310,8 @@ def _render_value(r, key: str, value, vague: bool, words: bool) -> str:
 
 
 class Context:
-    """The entities of one document: people, things, containers, drawn from a split's pool."""
+    """The entities of one document: people, things, containers, drawn from a split's pool; ``frames``
+    records every (slot, production) the document is rendered with."""
 
     def __init__(self, r: random.Random, split: str):
         pool = pool_for(split)
@@ -316,6 +325,7 @@ class Context:
         self.whole = r.choice(WHOLES)
         self.act, self.thing = r.choice(ACTS)
         self.unit = r.choice(UNITS)
+        self.frames: list[tuple[str, str]] = []
 
     def fields(self, kind: int = 0) -> dict:
         pl, sg = self.items[kind]
@@ -326,46 +336,47 @@ class Context:
 
 
 _ARTICLE = re.compile(r"\b([Aa]) ([aeiouAEIOU])")
+# a vague phrase ending in "of" before "of the ...", or before "more"/"times": keep the sentence grammatical
+_OF_OF = re.compile(r"\b(of) of\b")
+_VAGUE_BEFORE = re.compile(r"\b(?:a number of|lots of|a handful of|plenty of|some) (more|extra|additional|further|new|"
+                           r"times)\b", re.IGNORECASE)
 
 
 def _fill(r, ctx: Context, s: Sentence, template: str, vague: str | None, words: bool) -> str:
     f = ctx.fields(s.values.get("kind", 0))
-    if s.values.get("who") == "B":
-        f["A"] = ctx.B
+    who = s.values.get("who")
+    if who:
+        f["A"] = getattr(ctx, who)
     rendered = {k: _render_value(r, k, v, k == vague, words) for k, v in s.values.items() if k not in ("kind", "who")}
     if "{act}" in template:
         amount = rendered.pop("n")
         f["act"] = ctx.act.format(n=amount)
     f.update(rendered)
-    text = _ARTICLE.sub(lambda m: m.group(1) + "n " + m.group(2), _vary(r, template).format(**f))
-    if not text.endswith("?") and "{" not in template[:3] and r.random() < 0.15:
-        text = r.choice(grammar.OPENERS) + " " + text[0].lower() + text[1:]
-    elif not text.endswith("?") and template.startswith("{") and r.random() < 0.15:
-        text = r.choice(grammar.OPENERS) + " " + text
+    text = _ARTICLE.sub(lambda m: m.group(1) + "n " + m.group(2), template.format(**f))
+    if vague:
+        text = _VAGUE_BEFORE.sub(r"several \1", _OF_OF.sub("of", text))
     return text[0].upper() + text[1:]
 
 
-def _vary(r, template: str) -> str:
-    """Each word of ``template`` with a synonym (grammar.SYNONYMS) at random, placeholders untouched."""
-    words = template.split(" ")
-    for i, w in enumerate(words):
-        alts = grammar.SYNONYMS.get(w)
-        if alts and r.random() < 0.5:
-            words[i] = r.choice(alts)
-    return " ".join(words)
-
-
 def _sentence(r, ctx: Context, s: Sentence, vague: str | None = None, words: bool = True) -> str:
-    return _fill(r, ctx, s, r.choice(grammar.variants(s.slot, ctx.split)), vague, words)
+    frame = grammar.sample(r, s.slot, ctx.split)
+    ctx.frames.append((s.slot, frame))
+    return _fill(r, ctx, s, frame, vague, words)
 
 
 def _distractors(r, ctx: Context, p: float) -> list[str]:
-    """Up to two sentences with numbers no question needs, in distinct frames (two "is N years old"
+    """Up to two sentences with numbers no question needs, in distinct patterns (two "is N years old"
     would contradict each other)."""
-    frames = grammar.variants("distract", ctx.split)
-    n = sum(r.random() < p for _ in range(2))
-    return [_fill(r, ctx, Sentence("distract", dict(m=r.randint(2, 90))), t, None, False)
-            for t in r.sample(frames, n)] if n else []
+    out, used = [], set()
+    for _ in range(2):
+        if r.random() < p:
+            frame = grammar.sample(r, "distract", ctx.split)
+            key = frame.split(" {m}")[0]
+            if key not in used:
+                used.add(key)
+                ctx.frames.append(("distract", frame))
+                out.append(_fill(r, ctx, Sentence("distract", dict(m=r.randint(2, 90))), frame, None, False))
+    return out
 
 
 @dataclass
@@ -377,52 +388,94 @@ class MathDoc:
     steps: list[str]
     trap: str | None = None                 # None, "vague", "missing", "contradiction"
     problem: Problem | None = None
+    frames: list[tuple[str, str]] = field(default_factory=list)   # (slot, production) of each sentence, in order
+    decoy: str | None = None                # an answerable twin of a trap: "vague" or "contradiction"
 
     @property
     def n_steps(self) -> int:
         return len(self.steps)
 
 
+TRAPS = ("vague", "missing", "contradiction")
+DECOYS = ("vague", "contradiction")
+# slots whose sentence, told about the third person and their things, cannot touch the question
+_DECOY_SLOTS = ("have", "gain", "lose", "groups")
+
+
+def _decoy_sentence(r, ctx: Context, sents: list[Sentence]) -> str:
+    """A vague count the question does not need: the sentence of a trap's target, told about someone else
+    and other things (a vague trap's twin)."""
+    s = sents[r.randrange(len(sents))] if sents else None
+    if s is not None and s.slot in _DECOY_SLOTS:
+        twin = Sentence(s.slot, {**s.values, "kind": 2, "who": "C"}, s.need)
+    else:
+        twin = Sentence("have", dict(n=r.randint(2, 40), kind=2, who="C"), "n")
+    return _sentence(r, ctx, twin, vague=twin.need)
+
+
 def render_problem(r: random.Random, split: str, structure: str | None = None, trap: str | None = None,
-                   distractors: float = 0.35) -> MathDoc:
+                   distractors: float = 0.35, decoy: str | None = None) -> MathDoc:
     """One word problem of ``structure`` (random when None) in ``split``'s productions and pools;
-    ``trap`` in (None, "vague", "missing", "contradiction") makes the needed number unusable."""
+    ``trap`` in (None, "vague", "missing", "contradiction") makes the needed number unusable;
+    ``decoy`` in (None, "vague", "contradiction") keeps the problem answerable but adds a trap's surface: a
+    vague count about someone else, or a restatement of the starting amount that agrees with it.
+    A "missing" trap drops only a sentence without which the question has no answer (a problem with none
+    becomes a "vague" trap), a "contradiction" needs a stated starting amount (else "vague")."""
     if structure is None:
-        structure = r.choice(_TRAPPABLE if trap else tuple(STRUCTURES))
+        structure = r.choice(_TRAPPABLE if trap or decoy else tuple(STRUCTURES))
     if structure not in STRUCTURES:
         raise ValueError(f"structure must be one of {sorted(STRUCTURES)}, got {structure!r}")
-    if trap not in (None, "vague", "missing", "contradiction"):
+    if trap not in (None, *TRAPS):
         raise ValueError(f"trap must be None, 'vague', 'missing' or 'contradiction', got {trap!r}")
+    if decoy not in (None, *DECOYS):
+        raise ValueError(f"decoy must be None, 'vague' or 'contradiction', got {decoy!r}")
+    if trap and decoy:
+        raise ValueError("a problem is a trap or a decoy, not both")
     p = STRUCTURES[structure](r)
     ctx = Context(r, split)
     sents = list(p.sentences)
-    target = None
-    if trap == "contradiction" and not (sents and sents[0].slot == "have"):
+    starts_with_amount = bool(sents) and sents[0].slot == "have"
+    if trap == "contradiction" and not starts_with_amount:
         trap = "vague"
-    if trap in ("vague", "missing"):
+    if decoy == "contradiction" and not starts_with_amount:
+        decoy = "vague"
+    target = None
+    if trap == "missing":
+        droppable = [i for i, s in enumerate(sents) if s.droppable]
+        if len(sents) > 1 and droppable:
+            target = r.choice(droppable)
+        else:
+            trap = "vague"
+    if trap == "vague":
         target = r.randrange(len(sents))
     texts = []
     for i, s in enumerate(sents):
-        if trap == "missing" and i == target and len(sents) > 1:
+        if trap == "missing" and i == target:
             continue
-        texts.append(_sentence(r, ctx, s, vague=s.need if (trap == "vague" and i == target) or
-                               (trap == "missing" and len(sents) == 1) else None))
-    if trap == "contradiction":
+        texts.append(_sentence(r, ctx, s, vague=s.need if trap == "vague" and i == target else None))
+    if trap == "contradiction" or decoy == "contradiction":
         first = sents[0].values["n"]
-        other = first + r.choice([-1, 1]) * r.randint(1, max(1, first // 2))
-        texts.insert(r.randint(1, len(texts)), _sentence(r, ctx, Sentence("contradict", dict(n=max(1, other)))))
+        other = max(1, first + r.choice([-1, 1]) * r.randint(1, max(1, first // 2))) if trap else first
+        if other == first and trap:
+            other = first + 1
+        texts.insert(r.randint(1, len(texts)), _sentence(r, ctx, Sentence("restate", dict(n=other))))
+    if decoy == "vague":
+        texts.insert(r.randint(0, len(texts)), _decoy_sentence(r, ctx, sents))
     for d in _distractors(r, ctx, distractors):
         texts.insert(r.randint(0, len(texts)), d)
     texts.append(_sentence(r, ctx, p.question))
     question = " ".join(texts)
     if trap:
-        return MathDoc(structure, question, None, [], trap, p)
-    return MathDoc(structure, question, fmt(p.answer), [f"{e} = {fmt(v)}" for e, v in p.steps], None, p)
+        return MathDoc(structure, question, None, [], trap, p, ctx.frames)
+    return MathDoc(structure, question, fmt(p.answer), [f"{e} = {fmt(v)}" for e, v in p.steps], None, p, ctx.frames,
+                   decoy)
 
 
 def render_lookup(r: random.Random, split: str, trap: str | None = None) -> MathDoc:
     """A reading question: two to four people's counts are stated (one maybe vaguely), one is asked.
     ``trap``: the asked count is vague ("vague") or never stated ("missing")."""
+    if trap not in (None, "vague", "missing"):
+        raise ValueError(f"trap must be None, 'vague' or 'missing', got {trap!r}")
     ctx = Context(r, split)
     pool = pool_for(split)
     people = r.sample(pool.names, r.randint(2, 4))
@@ -440,8 +493,8 @@ def render_lookup(r: random.Random, split: str, trap: str | None = None) -> Math
     ctx.A = people[ask]
     texts.append(_sentence(r, ctx, Sentence("q_lookup", {})))
     if trap:
-        return MathDoc("lookup", " ".join(texts), None, [], trap)
-    return MathDoc("lookup", " ".join(texts), str(counts[ask]), [])
+        return MathDoc("lookup", " ".join(texts), None, [], trap, frames=ctx.frames)
+    return MathDoc("lookup", " ".join(texts), str(counts[ask]), [], frames=ctx.frames)
 
 
 def trace_of(doc: MathDoc) -> str:
@@ -507,25 +560,38 @@ class CopyDoc:
     instruction: str
     input: str
     output: str
+    frame: str = ""          # the instruction's production, placeholders unfilled
 
 
 COPY_KINDS = tuple(grammar.COPY_INSTRUCTIONS)
+#: how often each kind is drawn: the line-wise edits (rename, bullets, number, csv) are the hardest to
+#: learn, so they come more often than a plain copy
+COPY_WEIGHTS = {"copy": 1.0, "rename": 2.0, "bullets": 1.5, "number": 1.5, "csv": 2.0, "extract": 0.5, "fix": 1.0}
 
 
-def render_copy(r: random.Random, split: str, kind: str | None = None, size: tuple[int, int] = (4, 16)) -> CopyDoc:
-    """An input-grounded task whose output mostly copies the input; ``size``: lines (or records) range."""
-    kind = kind or r.choice(COPY_KINDS)
+def copy_size(r: random.Random, kind: str) -> int:
+    """The size of a training copy task in lines (twice the records, as ``size`` counts them): short ones,
+    and long ones whose outputs run to 100-400 tokens while the whole document stays under 1024 tokens."""
+    lines = r.randint(2, 8) if r.random() < 0.35 else r.randint(8, 20)
+    return 2 * lines if kind in ("csv", "extract") else lines
+
+
+def render_copy(r: random.Random, split: str, kind: str | None = None,
+                size: tuple[int, int] | None = None) -> CopyDoc:
+    """An input-grounded task whose output mostly copies the input; ``size``: lines (or twice the records)
+    range, or None for the training mix of lengths (:func:`copy_size`)."""
+    kind = kind or r.choices(COPY_KINDS, weights=[COPY_WEIGHTS[k] for k in COPY_KINDS])[0]
     if kind not in COPY_KINDS:
         raise ValueError(f"kind must be one of {list(COPY_KINDS)}, got {kind!r}")
     pool = pool_for(split)
     words, names = pool.words, pool.names
-    instr = r.choice(grammar.variants(f"copy:{kind}", split))
-    n = r.randint(*size)
+    instr = grammar.sample(r, f"copy:{kind}", split)
+    n = copy_size(r, kind) if size is None else r.randint(*size)
     if kind in ("copy", "bullets", "number"):
         lines = _lines(r, words, n)
         out = {"copy": lines, "bullets": [f"- {ln}" for ln in lines],
                "number": [f"{i + 1}. {ln}" for i, ln in enumerate(lines)]}[kind]
-        return CopyDoc(kind, instr, "\n".join(lines), "\n".join(out))
+        return CopyDoc(kind, instr, "\n".join(lines), "\n".join(out), instr)
     if kind in ("rename", "fix"):
         idents = [_ident(r) for _ in range(4)]
         lines = _code(r, words, n, idents)
@@ -537,7 +603,7 @@ def render_copy(r: random.Random, split: str, kind: str | None = None, size: tup
                 lines[0] = f"{r.choice(grammar.KEYWORDS)} {old} = {idents[1]}"
             pat = re.compile(rf"\b{re.escape(old)}\b")
             return CopyDoc(kind, instr.format(old=old, new=new), "\n".join(lines),
-                           "\n".join(pat.sub(new, ln) for ln in lines))
+                           "\n".join(pat.sub(new, ln) for ln in lines), instr)
         i = r.randrange(len(lines))
         kw = lines[i].replace("(", " ").replace(".", " ").split()
         kw = next(w for w in kw if w in grammar.KEYWORDS)
@@ -547,22 +613,24 @@ def render_copy(r: random.Random, split: str, kind: str | None = None, size: tup
             typo = kw[:-1]
         broken = list(lines)
         broken[i] = lines[i].replace(kw, typo, 1)
-        return CopyDoc(kind, instr, "\n".join(broken), "\n".join(lines))
+        return CopyDoc(kind, instr, "\n".join(broken), "\n".join(lines), instr)
     fields = r.sample(["name", "city", "code", "count", "item", "year"], r.randint(3, 4))
     recs = _records(r, words, names, max(2, n // 2), fields)
     text = "\n\n".join("\n".join(f"{k}: {v}" for k, v in rec.items()) for rec in recs)
     if kind == "csv":
         order = r.sample(fields, len(fields))
         return CopyDoc(kind, instr.format(fields=", ".join(order)), text,
-                       "\n".join(",".join(rec[k] for k in order) for rec in recs))
+                       "\n".join(",".join(rec[k] for k in order) for rec in recs), instr)
     fname = r.choice(fields)
-    return CopyDoc(kind, instr.format(field=fname), text, "\n".join(rec[fname] for rec in recs))
+    return CopyDoc(kind, instr.format(field=fname), text, "\n".join(rec[fname] for rec in recs), instr)
 
 
 # ----------------------------------------------------------------------------- the document stream
 
-#: document kinds of the pretraining stream and their probabilities
-MIX = {"problem": 0.52, "trap": 0.05, "lookup": 0.07, "copy": 0.20, "drill": 0.11, "chat": 0.05}
+#: document kinds of the pretraining stream and their probabilities. "twin": an answerable problem with a
+#: trap's surface (as often as traps); traps are "trap" plus a third of "lookup", about 7% of documents.
+MIX = {"problem": 0.45, "trap": 0.05, "twin": 0.05, "lookup": 0.07, "copy": 0.25, "drill": 0.09, "chat": 0.04}
+LOOKUP_TRAP_SHARE = 1 / 3
 
 
 def drill(r: random.Random) -> tuple[str, str]:
@@ -594,15 +662,21 @@ def copy_pair(doc: CopyDoc) -> tuple[str, str]:
     return schema.copy_prompt(doc.instruction, doc.input), doc.output
 
 
+_MIX_KINDS, _MIX_CUM = list(MIX), list(accumulate(MIX.values()))
+
+
 def document(r: random.Random, split: str = "train") -> tuple[str, str, str]:
     """One pretraining document ``(kind, prompt, completion)``; the completion ends with EOS."""
-    kind = r.choices(list(MIX), weights=list(MIX.values()))[0]
+    kind = r.choices(_MIX_KINDS, cum_weights=_MIX_CUM)[0]
     if kind == "problem":
         p, c = math_pair(render_problem(r, split))
     elif kind == "trap":
-        p, c = math_pair(render_problem(r, split, trap=r.choice(["vague", "missing", "contradiction"])))
+        p, c = math_pair(render_problem(r, split, trap=r.choice(TRAPS)))
+    elif kind == "twin":
+        p, c = math_pair(render_problem(r, split, decoy=r.choice(DECOYS)))
     elif kind == "lookup":
-        p, c = math_pair(render_lookup(r, split, trap=r.choice([None, None, None, "vague", "missing"])))
+        trap = r.choice(["vague", "missing"]) if r.random() < LOOKUP_TRAP_SHARE else None
+        p, c = math_pair(render_lookup(r, split, trap=trap))
     elif kind == "copy":
         p, c = copy_pair(render_copy(r, split))
     elif kind == "drill":
