@@ -503,7 +503,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
 
     path = results.write(out_dir / file_name, figs, errors=errors, details=_jsonable(details),
                          protocol=__doc__.split("Protocol: ")[1].strip(), target=target, draft=draft,
-                         prompts=n_prompts, max_new=max_new)
+                         prompts=n_prompts, max_new=max_new, prompt_set=prompt_set)
     log(f"wrote {path}")
     return dict(figures=figs, errors=errors, details=details, path=str(path))
 
@@ -518,6 +518,17 @@ TARGETS = (  # issue targets: (figure, at least, what)
     ("speculative/draft_model/b1/speedup_vs_engine_greedy", None, "draft model, batch 1 (reported)"),
     ("speculative/draft_model/b1/tokens_per_forward", None, "draft model, batch 1 (reported)"),
 )
+
+
+def unprefixed(doc: dict, name: str | None) -> dict:
+    """A results document written with ``name`` (figures ``speculative/<name>/...``) with the figures named as
+    an unnamed run's (``speculative/...``), so one reader serves both."""
+    if not name:
+        return doc
+    pre = f"speculative/{name}/"
+    figs = [dict(f, name="speculative/" + f["name"][len(pre):]) if f["name"].startswith(pre) else f
+            for f in doc.get("figures", [])]
+    return dict(doc, figures=figs)
 
 
 def targets_table(doc: dict) -> list[dict]:

@@ -625,9 +625,12 @@ def compare_curves(reference: list[list], candidate: list[list], skip: int = 0) 
                 final_reference=[r[last] for r in ref], final_candidate=[c[last] for c in cand])
 
 
-def sft_figures(rec: dict, name: str = "tiny-gpu", env: dict | None = None) -> list[dict]:
+def sft_figures(rec: dict, name: str = "tiny-gpu", env: dict | None = None, heldout: str = "heldout_1_2",
+                heldout_3_4: str = "heldout_3_4") -> list[dict]:
     """Results figures of a :func:`run` record made with ``before=True``: after-SFT schema validity,
-    grounded pass (overall, two-step, 3-4 step, honesty answerable) and the base model's rates."""
+    grounded pass (overall, two-step, 3-4 step, honesty answerable) and the base model's rates. ``heldout``
+    and ``heldout_3_4`` name the evaluation sets the figures read (``open_test_1_2``, ``open_test_3_4`` for
+    a model of the procedural corpus)."""
     src = "t4lib.train.sft"
     figs = []
 
@@ -636,19 +639,19 @@ def sft_figures(rec: dict, name: str = "tiny-gpu", env: dict | None = None) -> l
                                    ci95=cell["ci95"], note=note))
 
     after, before = rec["after"], rec.get("before", {})
-    h = after["heldout_1_2"]
+    h = after[heldout]
     add(f"sft/{name}/schema_valid", h["overall"]["schema_valid"], f"after SFT, 1-2 step held-out, n={h['overall']['n']}")
     add(f"sft/{name}/grounded_pass", h["overall"]["grounded"], f"after SFT, 1-2 step held-out, n={h['overall']['n']}")
     add(f"sft/{name}/grounded_pass_two_step", h["two_step"]["grounded"], f"after SFT, n={h['two_step']['n']}")
-    if "heldout_3_4" in after:
-        add(f"sft/{name}/grounded_pass_3_4_steps", after["heldout_3_4"]["overall"]["grounded"], "after SFT")
+    if heldout_3_4 in after:
+        add(f"sft/{name}/grounded_pass_3_4_steps", after[heldout_3_4]["overall"]["grounded"], "after SFT")
     if "honesty_answerable" in after:
         add(f"sft/{name}/honesty_answerable/grounded_pass", after["honesty_answerable"]["overall"]["grounded"],
             "after SFT, answerable half of honesty_eval")
     if before:
-        add(f"sft/{name}/base/grounded_pass", before["tags"]["heldout_1_2"]["overall"]["grounded"],
+        add(f"sft/{name}/base/grounded_pass", before["tags"][heldout]["overall"]["grounded"],
             "base model, tag format (chat template), 1-2 step held-out")
-        add(f"sft/{name}/base/plain_exact_match", before["plain"]["heldout_1_2"]["overall"]["correct"],
+        add(f"sft/{name}/base/plain_exact_match", before["plain"][heldout]["overall"]["correct"],
             "base model, its own plain format, 1-2 step held-out")
     return figs
 
