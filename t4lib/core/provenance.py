@@ -42,11 +42,14 @@ def gpu_test_files(repo: Path = REPO) -> list[Path]:
     return [p for p in sorted((repo / "tests").glob("test_*.py")) if f"pytest.mark.{GPU_MARKER}" in p.read_text()]
 
 
-def _module_file(dotted: str, repo: Path) -> Path | None:
-    base = repo / Path(*dotted.split("."))
-    for p in (base.with_suffix(".py"), base / "__init__.py"):
-        if p.is_file():
-            return p
+def _module_file(dotted: str, repo: Path, beside: Path | None = None) -> Path | None:
+    """The file of module ``dotted``: from the repository root, or (a test's helper module, imported by
+    its plain name because pytest puts the test folder on the path) from the folder ``beside``."""
+    for root in (repo, beside) if beside is not None else (repo,):
+        base = root / Path(*dotted.split("."))
+        for p in (base.with_suffix(".py"), base / "__init__.py"):
+            if p.is_file():
+                return p
     return None
 
 
@@ -54,8 +57,7 @@ def _imports(path: Path, repo: Path) -> set[Path]:
     """The files of this repository that ``path`` imports, at any depth of the module (a
     function-level import counts: it runs when the test does)."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    rel = path.relative_to(repo).with_suffix("")
-    package = list(rel.parts[:-1]) if rel.name != "__init__" else list(rel.parts[:-1])
+    package = list(path.relative_to(repo).parts[:-1])
     found: set[Path] = set()
     for node in ast.walk(tree):
         names: list[str] = []
@@ -71,7 +73,7 @@ def _imports(path: Path, repo: Path) -> set[Path]:
             parts = name.split(".")
             # every package on the way is imported too (its __init__ runs)
             for i in range(1, len(parts) + 1):
-                f = _module_file(".".join(parts[:i]), repo)
+                f = _module_file(".".join(parts[:i]), repo, path.parent if path.parent.name == "tests" else None)
                 if f is not None:
                     found.add(f)
     return found
