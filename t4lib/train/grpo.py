@@ -44,7 +44,7 @@ import torch
 
 from t4lib.core import results
 from t4lib.models import corpus, schema
-from t4lib.train import data, rewards as R
+from t4lib.train import data, evaluate, rewards as R
 from t4lib.train.evaluate import wilson
 from t4lib.train.cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
 from t4lib.train.importance import importance_weights, mismatch_metrics
@@ -52,7 +52,6 @@ from t4lib.train.rollout import RolloutModel, sample_groups
 from t4lib import models
 from t4lib.models.tiny import _generate, load_tokenizer
 from t4lib.serving import StaticEngine
-from t4lib.train.evaluate import generate
 from t4lib.train.rollout import drift_table, qwen15_shape_model, rollout_speed
 
 ARMS = {  # arm -> (rollout precision, importance correction)
@@ -135,7 +134,7 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 4
         raise TypeError(f"engine must be a bool or None, got {type(engine).__name__}")
     dev = next(model.parameters()).device
     if engine if engine is not None else dev.type == "cuda":
-        return generate(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, progress=False)
+        return evaluate.generate(model, tokenizer, prompts, max_new_tokens, batch_size=batch_size, progress=False)
     return _generate(model, tokenizer, prompts, max_new_tokens, batch_size, dev)
 
 
