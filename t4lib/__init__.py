@@ -2,7 +2,7 @@
 measurements behind the notebooks.
 
 Importing t4lib never compiles and never needs a GPU: kernel libraries are
-built lazily on first use (see ``t4lib.core.build``).
+built lazily on first use (see ``t4lib._build``).
 """
 
 __version__ = "0.1.0"

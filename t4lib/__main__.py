@@ -1,5 +1,5 @@
 import sys
 
-from t4lib.cli import main
+from .cli import main
 
 sys.exit(main())

@@ -7,60 +7,55 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from t4lib.core import build, hw, results, telemetry
-from t4lib.evidence import report, verify
 
-# Benchmark modules, each with run(out_dir) -> its figures (or the path of the results file it wrote).
+# Benchmark modules, each with run(out_dir) -> list of figures.
 BENCHES = {
-    "int4": "t4lib.benchmarks.int4_dequant",
-    "bitlevel": "t4lib.benchmarks.bitlevel",
-    "w4a16": "t4lib.benchmarks.w4a16",
-    "w4a16-ws": "t4lib.benchmarks.w4a16_ws",
-    "fused-adamw": "t4lib.benchmarks.fused_adamw",
-    "serving": "t4lib.benchmarks.serving",
-    "speculative": "t4lib.benchmarks.speculative",
-    "deltanet": "t4lib.benchmarks.qwen35_components",
-    "qwen35": "t4lib.benchmarks.qwen35",
-    "qwen35-mtp": "t4lib.benchmarks.qwen35_mtp",
-    "lora": "t4lib.benchmarks.lora",
-    "quant-quality": "t4lib.benchmarks.quant_quality",
-    "contract": "t4lib.benchmarks.contract",
+    "int4": "t4lib.ops.int4.bench",
+    "bitlevel": "t4lib.ops.bitlevel_bench",
+    "w4a16": "t4lib.ops.w4a16.bench",
+    "serving": "t4lib.serving.bench",
+    "deltanet": "t4lib.models.qwen35.components_bench",
+    "contract": "t4lib.contract.bench",
 }
-# `t4lib bench` with no name: the kernel and serving benchmarks (minutes); the others by name
-DEFAULT_BENCHES = ("int4", "bitlevel", "w4a16", "serving", "deltanet", "contract")
 
 
 def _info(args) -> int:
+    from . import _build, hw, telemetry
+
     info = dict(hw.device_info())
     try:
-        info["nvcc"] = build.find_nvcc()
-    except build.BuildError as e:
+        info["nvcc"] = _build.find_nvcc()
+    except _build.BuildError as e:
         info["nvcc"] = str(e)
-    info["kernel_families"] = build.families()
+    info["kernel_families"] = _build.families()
     info["telemetry"] = telemetry.snapshot()
     print(json.dumps(info, indent=1, default=str))
     return 0
 
 
 def _build_cmd(args) -> int:
-    fams = args.families or build.families()
+    from . import _build
+
+    fams = args.families or _build.families()
     rows, failed = [], []
-    for fam, built in build.build_many(fams, force=args.force).items():
+    for fam, built in _build.build_many(fams, force=args.force).items():
         try:
-            if isinstance(built, build.BuildError):
+            if isinstance(built, _build.BuildError):
                 raise built  # reported below, like a failure of the resource report
             print(f"{fam}: {built}")
             if args.report:
-                rows += build.resource_report(fam)
-        except build.BuildError as e:
+                rows += _build.resource_report(fam)
+        except _build.BuildError as e:
             print(f"{fam}: FAILED\n{e}", file=sys.stderr)
             failed.append(fam)
     if rows:
-        print(build.format_report(rows))
+        print(_build.format_report(rows))
     return 1 if failed else 0
 
 
 def _verify(args) -> int:
+    from . import verify
+
     entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench, sanitizer_timeout=args.sanitize_timeout,
                        shards=args.sanitize_shards, resume=args.resume,
                        sanitize_families=args.sanitize_families)
@@ -77,7 +72,9 @@ def _verify(args) -> int:
 
 
 def _bench(args) -> int:
-    names = args.names or list(DEFAULT_BENCHES)
+    from . import hw, results
+
+    names = args.names or list(BENCHES)
     unknown = [n for n in names if n not in BENCHES]
     if unknown:  # before any benchmark runs
         print(f"unknown benchmark {unknown[0]!r}; known: {list(BENCHES)}", file=sys.stderr)
@@ -87,10 +84,6 @@ def _bench(args) -> int:
     for name in names:
         try:
             figs = importlib.import_module(BENCHES[name]).run(out)
-            if isinstance(figs, (str, Path)):   # a benchmark that returns the file it wrote
-                figs = json.loads(Path(figs).read_text())["figures"]
-            elif isinstance(figs, dict):         # or the document it wrote
-                figs = figs.get("figures")
             if not figs:  # a benchmark that measured nothing failed, whatever it returned
                 raise RuntimeError(f"{name} measured no figure")
             print(f"== {name}: {len(figs)} figures -> {out}")
@@ -106,14 +99,16 @@ def _bench(args) -> int:
 
 
 def _report(args) -> int:
+    from . import readme_results, results
+
     if args.readme:
-        changed = report.update(args.readme)
+        changed = readme_results.update(args.readme)
         print(f"{args.readme}: results table {'regenerated' if changed else 'already current'}")
         return 0
 
     text = results.report()
     if args.out:
-        results.atomic_write_text(args.out, "# Results\n\n" + results.LAYOUT_MD + "\n" + report.records()
+        results.atomic_write_text(args.out, "# Results\n\n" + results.LAYOUT_MD + "\n" + readme_results.records()
                                   + "\n## Figures\n\nEvery figure under "
                                   "`results/`, with its tag, device and provenance (whether the kernel sources "
                                   "changed since it was measured; `python -m t4lib report --out results/README.md` "

@@ -427,8 +427,8 @@ def test_blockwise_long_context_matches_dense(causal):
 # ----------------------------------------------------------------------------- benchmark pipeline
 
 def test_benchmark_pipeline_in_process_writes_valid_results(tmp_path):
-    from t4lib.core import results
-    from t4lib.benchmarks import contract as bench
+    from t4lib import results
+    from t4lib.contract import bench
 
     doc = bench.benchmark(tmp_path, profile="cpu", processes=0, ids=[1], compile_peer=False, warmup=0, reps=2,
                           rounds=2, calib_config={"warmup": 0, "reps": 2}, progress=lambda *_: None)

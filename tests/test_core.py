@@ -5,12 +5,12 @@ import sys
 import pytest
 import torch
 
-from t4lib.core import hw, telemetry
+from t4lib import hw, telemetry
 from t4lib.ops import _dispatch
 
 
 def test_import_never_compiles(tmp_path):
-    code = ("import t4lib, t4lib.ops.int4, t4lib.core.timing, t4lib.cli, t4lib.evidence.verify; "
+    code = ("import t4lib, t4lib.ops.int4, t4lib.bench, t4lib.cli, t4lib.verify; "
             "import os; print(os.listdir(os.environ['T4LIB_CACHE']))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**__import__("os").environ, "T4LIB_CACHE": str(tmp_path)}, check=True)
@@ -72,27 +72,27 @@ def test_sampler_rejects_bad_interval():
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU path")
 def test_bench_needs_cuda():
-    from t4lib.core import timing
+    from t4lib import bench
 
     with pytest.raises(RuntimeError, match="needs a CUDA device"):
-        timing.compare({"a": (lambda: None, lambda: ())}, baseline="a")
+        bench.compare({"a": (lambda: None, lambda: ())}, baseline="a")
 
 
 def test_bench_rejects_unknown_baseline():
-    from t4lib.core import timing
+    from t4lib import bench
 
     with pytest.raises(ValueError, match="baseline"):
-        timing.compare({"a": (lambda: None, lambda: ())}, baseline="b")
+        bench.compare({"a": (lambda: None, lambda: ())}, baseline="b")
 
 
 @pytest.mark.gpu
 @pytest.mark.slow
 def test_bench_on_gpu_times_and_ratios():
-    from t4lib.core import timing
+    from t4lib import bench
 
     n = 1 << 24
     mk = lambda: (torch.randn(n, device="cuda", dtype=torch.float16),)
-    res = timing.compare({"copy": (lambda x: x.clone(), mk), "add": (lambda x: x + 1, mk)}, baseline="copy",
+    res = bench.compare({"copy": (lambda x: x.clone(), mk), "add": (lambda x: x + 1, mk)}, baseline="copy",
                         bytes_moved=4 * n, rounds=2, iters=5)
     c = res["cases"]["add"]
     assert c["graph"] and c["n_sets"] >= 2 and 0 < c["median_s"] and c["p10_s"] <= c["median_s"] <= c["p90_s"]

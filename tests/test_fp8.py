@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from t4lib.evidence import kat
+from t4lib import kat
 from t4lib.ops.fp8 import fp8_e4m3_decode, fp8_e4m3_encode
 from kernel_checks import bits_equal, poison_allocator
 

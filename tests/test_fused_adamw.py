@@ -398,7 +398,7 @@ def test_layer_10_steps_match_autograd_adamw_on_gpu(fused):
 
 
 def test_ncu_log_parsing():
-    from t4lib.benchmarks import fused_adamw as fb
+    from t4lib.ops.fused_adamw import bench as fb
 
     log = """==PROF== Connected to process
   void (anonymous namespace)::fused_adamw_gemm_kernel<true>((anonymous namespace)::Operand) (196, 1, 1)x(128, 1, 1)
@@ -431,7 +431,7 @@ def test_ncu_log_parsing():
 
 
 def test_ncu_log_figures_without_template_names():
-    from t4lib.benchmarks import fused_adamw as fb
+    from t4lib.ops.fused_adamw import bench as fb
 
     block = """  fused_adamw_gemm_kernel (196, 1, 1)x(128, 1, 1)
     dram__bytes_read.sum   byte  100
@@ -456,8 +456,8 @@ def test_ncu_log_figures_without_template_names():
 
 
 def test_summary_rows_from_a_results_file(tmp_path):
-    from t4lib.core import results
-    from t4lib.benchmarks import fused_adamw as fb
+    from t4lib import results
+    from t4lib.ops.fused_adamw import bench as fb
 
     env = {"device": "GPU", "driver": "d", "torch": "t", "clocks": {}, "throttle": []}
     label = "fused_adamw/896x896xT2048"
@@ -493,7 +493,7 @@ def test_step_time_comparison_runs_and_trains_alike_on_cpu():
 @pytest.mark.parametrize("ws", [True, False])
 def test_ncu_probe_launch_order(monkeypatch, ws):
     """Per probed shape: fused, unfused (GEMM core + AdamW), then the warp-specialized kernel."""
-    from t4lib.benchmarks import fused_adamw as fb
+    from t4lib.ops.fused_adamw import bench as fb
 
     calls = []
     monkeypatch.setattr(fb, "NCU_PROBES", [(8, 16, 4), (16, 8, 2)])

@@ -11,10 +11,8 @@ import torch
 gguf = pytest.importorskip("gguf", reason="the gguf package (t4lib[gguf]) is not installed")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 
-from t4lib.ops.gguf import (
-    FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, packing, reference as ref,
-    type_id,
-)
+from t4lib.ops.gguf import (FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv, packing,  # noqa: E402
+                            reference as ref, type_id)
 from t4lib.ops import int8_activations as a8  # noqa: E402
 from t4lib.quant.gguf import GGUFError, GGUFFile, TinyQwen35Dims, write_tiny_qwen35  # noqa: E402
 
@@ -231,7 +229,7 @@ def test_gemv_layout_support_and_errors():
 
 def test_bench_reports_every_format_under_the_layout_it_runs():
     """The GEMV bench labels a format 'gemv' exactly when gguf_gemv takes the GEMV layout at its shapes."""
-    from t4lib.benchmarks.gguf import FFN, GEMV_FORMATS, HIDDEN, RAW_GEMV_FORMATS
+    from t4lib.ops.gguf.bench import FFN, GEMV_FORMATS, HIDDEN, RAW_GEMV_FORMATS
 
     assert sorted(GEMV_FORMATS + RAW_GEMV_FORMATS) == sorted(NAMES)
     for K in (HIDDEN, FFN):
@@ -281,17 +279,17 @@ def test_gemv_layout_cache_follows_the_tensor():
 @pytest.fixture(scope="module")
 def host_check(tmp_path_factory):
     """The GEMV-layout traits of kernels/gguf_gemv_fp16.cuh and gguf_gemv_int8.cuh compiled for the CPU."""
-    from t4lib.core import build
+    from t4lib import _build
 
     try:
-        nvcc = build.find_nvcc()
+        nvcc = _build.find_nvcc()
     except Exception:
         pytest.skip("nvcc not available")
     src = Path(packing.__file__).with_name("host_check.cu")
     if not src.is_file():
         pytest.skip("host_check.cu not shipped with this install")
     exe = tmp_path_factory.mktemp("hostcheck") / "host_check"
-    subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=compute_75", "-I", str(build.kernels_dir()), "-o", str(exe),
+    subprocess.run([nvcc, "-std=c++17", "-O1", "-arch=compute_75", "-I", str(_build.kernels_dir()), "-o", str(exe),
                     str(src)], check=True, capture_output=True)
     return exe
 

@@ -1,4 +1,4 @@
-"""Every notebook (those added later included) opens with the Colab/Kaggle install cell of t4lib.core.notebook,
+"""Every notebook (those added later included) opens with the Colab/Kaggle install cell of t4lib.notebook,
 installing exactly the extras of pyproject.toml that the notebook imports, from the repository pyproject.toml
 declares.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from t4lib.core import notebook
+from t4lib import notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
@@ -186,6 +186,6 @@ def test_first_code_cell_installs_the_extras_the_notebook_imports(path):
     m = re.search(r'"-e", "\./t4lib(?:\[([a-z,]*)\])?"', cells[0])
     has = set(m.group(1).split(",")) if m and m.group(1) else set()
     assert need <= has, (f"{path.name}: its imports need the extras {sorted(need)}, the install cell installs "
-                         f"{sorted(has)}; paste t4lib.core.notebook.install_cell({sorted(need)})")
+                         f"{sorted(has)}; paste t4lib.notebook.install_cell({sorted(need)})")
     assert cells[0] == notebook.install_cell(need), (
-        f"{path.name}: the first code cell differs from t4lib.core.notebook.install_cell({sorted(need)}); paste that")
+        f"{path.name}: the first code cell differs from t4lib.notebook.install_cell({sorted(need)}); paste that")

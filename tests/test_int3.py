@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from t4lib.evidence import kat
+from t4lib import kat
 from t4lib.ops.int3 import int3_dequant, pack_int3, unpack_int3
 from t4lib.ops.int3 import reference as ref
 from kernel_checks import bits_equal, poison_allocator

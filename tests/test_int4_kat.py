@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from t4lib.evidence import kat
+from t4lib import kat
 from t4lib.ops.int4 import int4_dequant, pack_int4, unpack_int4
 from t4lib.ops.int4 import reference as ref
 from kernel_checks import bits_equal, poison_allocator

@@ -33,9 +33,7 @@ def test_w4a16_format_is_one_type_everywhere():
     from t4lib.ops.w4a16 import QuantizedWeight as ops_qw
     from t4lib.ops.w4a16.format import QuantizedWeight as fmt_qw
     from t4lib.quant import QuantizedWeight as quant_qw
-    from t4lib.quant.w4a16 import (
-        QuantizedWeight as quant_w4a16_qw, pack_int4_rows, unpack_int4_rows,
-    )
+    from t4lib.quant.w4a16 import QuantizedWeight as quant_w4a16_qw, pack_int4_rows, unpack_int4_rows
 
     assert ops_qw is fmt_qw is quant_qw is quant_w4a16_qw
     assert pack_int4_rows.__module__ == unpack_int4_rows.__module__ == "t4lib.ops.w4a16.format"

@@ -1,9 +1,9 @@
 """Figures in notebook prose come from results/, and verdicts are compared by nbval.
 
-* ``t4lib.core.notebook.figure`` reads one figure of a results file (validated) and names the argument it rejects.
+* ``t4lib.notebook.figure`` reads one figure of a results file (validated) and names the argument it rejects.
 * No markdown cell of the notebooks below types a measured figure (a time, a multiple, a rate): such sentences
   are code cells that format the figure from its JSON (``notebook.figure``) and print Markdown. A sentence
-  that labels its number a target or a datasheet figure, and the T4 datasheet figures of ``t4lib.core.hw``, are allowed.
+  that labels its number a target or a datasheet figure, and the T4 datasheet figures of ``t4lib.hw``, are allowed.
 * A code cell whose committed output carries a verdict (PASS/FAIL, a target met or not, a tolerance check, a
   controller decision, strict failures) is not marked ``NBVAL_IGNORE_OUTPUT``: nbval compares it.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from t4lib.core import hw, notebook, results
+from t4lib import hw, notebook, results
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHECKED = ["00_environment", "01_kernel_kats", "02_thermal_pacing", "03_w4a16_serving",

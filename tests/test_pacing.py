@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from t4lib.core import results
+from t4lib import results
 from t4lib.pacing import controller, grid, projection, recorded, report, sweep
 from t4lib.pacing.__main__ import main as cli_main
 

@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from t4lib.core import results
+from t4lib import results
 from t4lib.pacing import controller, grid, kernels, report, sweep
 
 pytestmark = pytest.mark.gpu

@@ -4,13 +4,9 @@ import torch
 from torch import nn
 
 from t4lib.ops.int4 import reference as int4_ref
-from t4lib.quant import (
-    QuantLinear, default_policy, load_quantized, quantize_gptq, quantize_model, quantize_rtn,
-    resolve_policy, save_quantized, weight_bytes,
-)
-from t4lib.quant.w4a16 import (
-    HessianAccumulator, output_error, pack_int4_rows, rtn_max_error, unpack_int4_rows,
-)
+from t4lib.quant import (QuantLinear, default_policy, load_quantized, quantize_gptq, quantize_model, quantize_rtn,
+                         resolve_policy, save_quantized, weight_bytes)
+from t4lib.quant.w4a16 import HessianAccumulator, output_error, pack_int4_rows, rtn_max_error, unpack_int4_rows
 
 
 def tiny_qwen2(seed=0, dtype=torch.float32, **kw):
@@ -189,9 +185,8 @@ def _micro_checkpoint(tmp_path):
 def test_quality_run_on_project_text(tmp_path):
     import json
 
-    from t4lib import models
-    from t4lib.core import results
-    from t4lib.benchmarks import quant_quality as quality
+    from t4lib import models, results
+    from t4lib.quant import quality
 
     path = _micro_checkpoint(tmp_path)
     r = quality.run(tmp_path / "out", str(path), group_sizes=(32, 64), primary=32, seq_len=64, calib_seqs=8,
@@ -225,7 +220,7 @@ def test_quality_run_on_project_text(tmp_path):
 
 
 def test_quality_fallback_is_labelled(tmp_path):
-    from t4lib.benchmarks import quant_quality as quality
+    from t4lib.quant import quality
 
     r = quality.run(tmp_path, str(tmp_path / "no-such-model"), group_sizes=(64,), primary=64, fallback_steps=2,
                     calib_seqs=8, eval_seqs=4)
@@ -235,7 +230,7 @@ def test_quality_fallback_is_labelled(tmp_path):
 
 def test_quality_splits_and_errors():
     from t4lib.models import corpus
-    from t4lib.benchmarks import quant_quality as quality
+    from t4lib.quant import quality
 
     held = quality.heldout_documents()
     assert len(held) == len(corpus.load_jsonl("math_heldout.jsonl")) + len(corpus.load_jsonl("copy_heldout.jsonl"))
@@ -249,7 +244,7 @@ def test_quality_splits_and_errors():
 def test_activation_quality_decodes_with_int8_activations(tmp_path):
     import json
 
-    from t4lib.benchmarks import quant_quality as quality
+    from t4lib.quant import quality
 
     r = quality.activation_quality(tmp_path, str(tmp_path / "no-such-model"), 32, n_seq=2, fallback_steps=2)
     assert r["fallback"] and r["eval_tokens"] == 2 * 63
@@ -260,7 +255,7 @@ def test_activation_quality_decodes_with_int8_activations(tmp_path):
 
 
 def test_decode_log_probs_equal_a_teacher_forced_forward():
-    from t4lib.benchmarks import quant_quality as quality
+    from t4lib.quant import quality
 
     model = quality.markov_model(steps=2)
     ids = quality.markov_tokens(3, 20, seed=5)

@@ -14,9 +14,8 @@ if not hasattr(transformers, "Qwen3_5ForCausalLM"):
 from transformers import Qwen3_5ForCausalLM, Qwen3_5TextConfig  # noqa: E402
 
 from t4lib.models.qwen35 import Qwen35Engine, Qwen35Model, plan_stages  # noqa: E402
-from t4lib.models.qwen35.convert import (
-    gguf_to_hf_state_dict, hf_to_gguf, hf_to_gguf_tensors, reorder_v_heads,
-)
+from t4lib.models.qwen35.convert import (gguf_to_hf_state_dict, hf_to_gguf, hf_to_gguf_tensors,  # noqa: E402
+                                         reorder_v_heads)
 from t4lib.models.qwen35.oracle import PROMPT, hf_run, quantized_gguf, random_hf, tiny_config  # noqa: E402
 from t4lib.models.qwen35.oracle import rel_err as rel  # noqa: E402
 from t4lib.quant.gguf import GGUFError, GGUFFile, TinyQwen35Dims, write_tiny_qwen35  # noqa: E402
@@ -286,7 +285,7 @@ def test_prompt_and_argument_errors(f32_case):
 def test_bench_random_model_builds_and_decodes_on_cpu():
     """The 27B benchmark's builder at tiny dimensions: random blocks in its quant mix, the
     fp16 GEMV path against the fp32 yardstick on the same weights."""
-    from t4lib.benchmarks import qwen35 as bench
+    from t4lib.models.qwen35 import bench
 
     c = bench.config_27b(n_layers=8)   # 8 layers: the mix's middle layers use IQ3_S, Q3_K, IQ4_NL
     cfg = type(c)(vocab=64, hidden=256, ffn=256, n_layers=8, layer_types=c.layer_types, attn_heads=4,

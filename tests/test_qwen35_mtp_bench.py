@@ -7,7 +7,7 @@ pytest.importorskip("gguf")
 if not hasattr(transformers, "Qwen3_5ForCausalLM"):
     pytest.skip("installed transformers has no Qwen3_5ForCausalLM", allow_module_level=True)
 
-from t4lib.benchmarks import qwen35_mtp as mtp_bench  # noqa: E402
+from t4lib.models.qwen35 import mtp_bench  # noqa: E402
 
 
 def test_copy_model_with_drafts_and_the_peer_on_a_subset():
@@ -58,7 +58,7 @@ def test_a_gpu_too_small_for_the_27b_shape_is_skipped_and_said(monkeypatch):
 def test_first_difference_gives_the_position_and_the_reference_top2_gap():
     import torch
 
-    from t4lib.benchmarks.qwen35 import first_difference
+    from t4lib.models.qwen35.bench import first_difference
     logits = torch.tensor([[0.0, 4.0, 1.0], [2.0, 2.0, -4.0], [1.0, 0.0, 0.0]])
     assert first_difference([1, 0, 0], [1, 0, 0], logits) is None
     assert first_difference([1, 1, 0], [1, 0, 0], logits) == {"position": 1, "top2_gap": 0.0}   # an exact tie

@@ -5,7 +5,7 @@ import re
 import sys
 from pathlib import Path
 
-from t4lib.evidence import report as R
+from t4lib import readme_results as R
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -63,7 +63,7 @@ def test_two_commands_and_no_stale_claims():
 
 def test_layout_names_every_top_level_part():
     layout = _section("Layout")
-    for path in ("kernels/", "t4lib/ops/", "t4lib/pacing/", "t4lib/contract/", "notebooks/", "data/",
+    for path in ("kernels/", "t4lib/ops/", "t4lib/pacing/", "t4lib/contract/", "tools/", "notebooks/", "data/",
                  "results/", "tests/"):
         assert f"`{path}`" in layout, f"the layout table omits {path}"
 

@@ -1,12 +1,11 @@
-"""The README's results table (t4lib/evidence/report_summary.md) and the records of results/README.md
-(t4lib/evidence/report_results.md) are generated from results/, not typed."""
+"""The README's results table (t4lib/readme_summary.md) and the records of results/README.md
+(t4lib/readme_results.md) are generated from results/, not typed."""
 import json
 from pathlib import Path
 
 import pytest
 
-from t4lib.evidence import report as R
-from t4lib.core import results
+from t4lib import readme_results as R, results
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -14,7 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_readme_table_is_what_the_results_generate():
     assert R.section((ROOT / "README.md").read_text()) == R.render(), (
         "README.md's results table differs from what results/ generates: run "
-        "'python -m t4lib report --readme README.md' (and edit t4lib/evidence/report_summary.md, not the README)")
+        "'python -m t4lib report --readme README.md' (and edit t4lib/readme_summary.md, not the README)")
 
 
 def test_placeholders_format_figures_and_name_what_is_missing(tmp_path):

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from t4lib.core import results
-from t4lib.evidence import verify
+from t4lib import results, verify
 
 ROOT = Path(__file__).resolve().parent.parent / "results"
 FILES = [p for p in sorted(ROOT.rglob("*.json")) if "verification" not in p.parts
@@ -77,7 +76,7 @@ def test_provenance_schema():
 
 
 def test_gpu_verification_ledger_matches_kernel_sources():
-    """A committed entry verifies the current sources (rules: t4lib.evidence.verify.entry_problems; tests of
+    """A committed entry verifies the current sources (rules: t4lib.verify.entry_problems; tests of
     the rules themselves: tests/test_verify.py). When it fails, the message names what is missing
     and the command that refreshes the ledger on a GPU."""
     ok, why = verify.check_ledger()
@@ -86,7 +85,7 @@ def test_gpu_verification_ledger_matches_kernel_sources():
 
 def test_sanitizer_summary_counts_every_file(monkeypatch):
     """One file that timed out, or that ran no test, keeps its tool from being clean."""
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     def fake(args, junit, prefix=None, timeout=0):
         tool, target = prefix[2], args[-1]
@@ -105,7 +104,7 @@ def test_sanitizer_summary_counts_every_file(monkeypatch):
 
 
 def test_sanitizer_resume_reruns_only_unfinished(monkeypatch, tmp_path):
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     clean = {"clean": True, "errors": 0, "tests_passed": 3, "returncode": 0, "seconds": 1, "tail": ""}
     late = {"clean": False, "errors": None, "tests_passed": 0, "returncode": None, "seconds": 9, "tail": "TIMED OUT"}
@@ -132,7 +131,7 @@ def test_sanitizer_resume_reruns_only_unfinished(monkeypatch, tmp_path):
 def test_sanitizer_resume_adds_named_families_only(monkeypatch, tmp_path):
     """--resume with families on an entry that ran no sanitizer: those families' files alone run, and the entry
     then covers exactly them."""
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     clean = {"clean": True, "errors": 0, "tests_passed": 3, "returncode": 0, "seconds": 1, "tail": ""}
     ledger = tmp_path / "dev.json"
@@ -157,7 +156,7 @@ def test_sanitizer_resume_adds_named_families_only(monkeypatch, tmp_path):
 def test_sanitizer_resume_keeps_each_finished_pair_when_cut_short(monkeypatch, tmp_path):
     """A sanitizer pass killed part way (a session's time limit) leaves the pairs that finished in the ledger,
     the entry not clean, and its targets whole, so a later --resume runs only the rest."""
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     clean = {"clean": True, "errors": 0, "tests_passed": 3, "returncode": 0, "seconds": 1, "tail": ""}
     ledger = tmp_path / "dev.json"
@@ -188,7 +187,7 @@ def test_sanitizer_resume_keeps_each_finished_pair_when_cut_short(monkeypatch, t
 
 
 def test_sanitize_reports_each_pair_as_its_last_shard_finishes(monkeypatch):
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     def fake(args, junit, prefix=None, timeout=None):
         return {"returncode": 0, "seconds": 1, "tail": "ERROR SUMMARY: 0 errors", "tests": {"t::x": "passed"}}
@@ -207,7 +206,7 @@ def test_sanitizer_runs_leave_out_speed_assertions(monkeypatch):
     import subprocess
     import sys
 
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     markers = []
 
@@ -223,8 +222,27 @@ def test_sanitizer_runs_leave_out_speed_assertions(monkeypatch):
     assert "test_swizzle_bench_orders_layouts" not in proc.stdout
 
 
+LABS = sorted(ROOT.glob("*/labs/*.json"))
+
+
+@pytest.mark.parametrize("path", LABS, ids=[str(p.relative_to(ROOT)) for p in LABS])
+def test_lab_record_schema_and_source(path):
+    """Every lab record names its device, commit, command and date, and its script is still in the tree
+    (a lab whose source is gone is removed)."""
+    doc = json.loads(path.read_text())
+    results.validate_lab(doc, str(path))
+    words = doc["command"].split()
+    if words[1] == "-m":   # python -m package.module: the module's file
+        mod = ROOT.parent / words[2].replace(".", "/")
+        script = next((str(p.relative_to(ROOT.parent)) for p in (mod.with_suffix(".py"), mod / "__main__.py")
+                       if p.is_file()), words[2])
+    else:
+        script = words[1]
+    assert (ROOT.parent / script).is_file(), f"{path.name}: its lab {script} is gone; remove the record"
+
+
 def test_lab_schema_rejects_incomplete_records():
-    good = {"device": "NVIDIA H200", "commit": "0123abc", "command": "python lab.py", "date": "2026-12-01"}
+    good = {"device": "NVIDIA H200", "commit": "0123abc", "command": "python tools/x.py", "date": "2026-12-01"}
     results.validate_lab(good)
     for key in results.LAB_KEYS:
         with pytest.raises(ValueError, match=key):
@@ -235,17 +253,36 @@ def test_lab_schema_rejects_incomplete_records():
         results.validate_lab(dict(good, date="yesterday"))
 
 
-def test_no_lab_record_among_the_results():
-    """results/ holds figures; a lab record (a command without figures) stays with its lab, outside the package."""
+def test_figures_and_labs_are_kept_apart():
+    """Lab records live under labs/ only, figures never do, and the report leaves labs out."""
     for path in ROOT.glob("*/*.json"):
         doc = json.loads(path.read_text())
         assert not (isinstance(doc, dict) and "command" in doc and "figures" not in doc
-                    and path.name != "contract_plan.json"), f"{path}: a lab record among the results"
+                    and path.name != "contract_plan.json"), f"{path}: a lab record outside labs/"
+    assert not [p for p, _ in results.load_all(ROOT) if "labs" in p.parts]
+
+
+def test_library_reads_no_lab_record():
+    """Only the loader (t4lib.results.load_labs) builds a path into labs/: no other module's code (its
+    string literals; comments may cite a record) names the folder."""
+    import io
+    import tokenize
+
+    lib = ROOT.parent / "t4lib"
+    offenders = []
+    for p in lib.rglob("*.py"):
+        if p.name == "results.py":
+            continue
+        for tok in tokenize.generate_tokens(io.StringIO(p.read_text()).readline):
+            if tok.type == tokenize.STRING and ("'labs'" in tok.string or '"labs"' in tok.string
+                                                or "/labs" in tok.string):
+                offenders.append(f"{p.relative_to(lib)}:{tok.start[0]}")
+    assert not offenders, offenders
 
 
 def test_racecheck_reports_are_counted_by_kernel(monkeypatch):
     """Which kernel each racecheck report is in, summed over shards and files; unknown where a run kept none."""
-    from t4lib.evidence import verify
+    from t4lib import verify
 
     text = ("========= Error: Race reported between Read access at nvjet_sm90_hsh_64x16+0xb00\n"
             "=========     and Write access at nvjet_sm90_hsh_64x16+0x28c0 [384 hazards]\n"

@@ -5,9 +5,8 @@ import pytest
 import torch
 
 from t4lib.quant import quantize_model
-from t4lib.serving import (
-    FusedProjection, StaticEngine, fuse_projections, hf_generate, unfuse_projections,
-)
+from t4lib.serving import (FusedProjection, StaticEngine, fuse_projections, hf_generate,
+                           unfuse_projections)
 
 
 def tiny(seed=0, dtype=torch.float32, init=0.02):

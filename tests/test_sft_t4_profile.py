@@ -16,8 +16,7 @@ def test_t4_profile_trains_lora_on_a_w4a16_base_of_the_qwen25_math_15b_shape(tmp
 
     from t4lib.models import corpus
     from t4lib.quant import QuantLinear
-    from t4lib.benchmarks import lora as lora_bench
-    from t4lib.train import sft
+    from t4lib.train import lora_bench, sft
 
     tok = AutoTokenizer.from_pretrained(str(corpus.data_dir() / "models" / "tiny-cpu"))  # its chat template
     cfg = Qwen2Config(**dict(lora_bench.QWEN25_15B, num_hidden_layers=2, vocab_size=len(tok)),

@@ -11,11 +11,8 @@ import torch
 from t4lib import models
 from t4lib.models import schema
 from t4lib.serving import StaticEngine
-from t4lib.speculative import (
-    DraftModelDrafter, Drafter, PromptLookupDrafter, Sampler, SpeculativeEngine,
-    speculative_accept,
-)
-from t4lib.benchmarks import speculative as bench
+from t4lib.speculative import (DraftModelDrafter, Drafter, PromptLookupDrafter, Sampler, SpeculativeEngine,
+                               bench, speculative_accept)
 from t4lib.speculative import engine as engine_mod
 
 MAX_NEW = 24
@@ -622,7 +619,7 @@ def test_bench_runs_on_cpu(tmp_path):
     """The benchmark's code paths (references, both engines, Hugging Face, batch > 1, the draft model, the
     results file) on CPU with fp32 tiny-cpu: every output identical to plain greedy, each engine's time split
     recorded, and the figures the issue names present (CPU times mean nothing and are not kept)."""
-    from t4lib.core import results
+    from t4lib import results
     out = bench.run(tmp_path, n_prompts=3, max_new=12, batch=2, device="cpu", quick=True, target="tiny-cpu",
                     draft="tiny-cpu", hf_prompts=2, log=lambda *a: None)
     doc = json.loads((tmp_path / "speculative.json").read_text())

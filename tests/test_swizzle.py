@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from t4lib.evidence import kat
+from t4lib import kat
 from t4lib.ops.swizzle import bench_cycles, swizzle_offsets, swizzle_transpose
 from t4lib.ops.swizzle import reference as ref
 

@@ -6,9 +6,7 @@ import torch
 
 from t4lib.models import schema
 from t4lib.train import rewards as R
-from t4lib.train.cp_hybrid import (
-    CPHybridPolicy, build_cp_hybrid, fp16_policy, layer_sensitivity, rtn_policy,
-)
+from t4lib.train.cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, layer_sensitivity, rtn_policy
 from t4lib.train.importance import importance_weights, mismatch_metrics
 
 cuda = pytest.mark.gpu  # skipped without CUDA (tests/conftest.py); part of the GPU verification ledger
@@ -284,9 +282,7 @@ def test_weighted_advantages_equal_trl_vllm_path(tiny):
 
     from trl import GRPOConfig, GRPOTrainer
 
-    from t4lib.train.grpo import (
-        HonestyReward, checkpointing, grpo_dataset, make_trainer_class, weighted_advantages,
-    )
+    from t4lib.train.grpo import HonestyReward, checkpointing, grpo_dataset, make_trainer_class, weighted_advantages
     model, tok = tiny
     model = copy.deepcopy(model)
     cfg = GRPOConfig(output_dir="/tmp/t4lib_test_grpo_loss", per_device_train_batch_size=4, num_generations=2,

@@ -3,18 +3,17 @@ import json
 
 import pytest
 
-from t4lib.core import build
-from t4lib.evidence import kat, verify
+from t4lib import _build, kat, verify
 
-FAMILY_IDS = [f"tests/test_{fam}.py::test_runs" for fam in build.families()]
+FAMILY_IDS = [f"tests/test_{fam}.py::test_runs" for fam in _build.families()]
 
 
 def _entry(**over):
     """A complete entry for the current sources over a planted collection (FAMILY_IDS)."""
     hashes = verify.source_hashes()
-    e = {"device": "NVIDIA H200", "capability": [9, 0], "nvcc_flags": list(build.NVCC_FLAGS),
+    e = {"device": "NVIDIA H200", "capability": [9, 0], "nvcc_flags": list(_build.NVCC_FLAGS),
          "sources": hashes, "sources_sha256": verify.combined_hash(hashes), "passed": True,
-         "builds": {fam: {"ok": True} for fam in build.families()},
+         "builds": {fam: {"ok": True} for fam in _build.families()},
          "gpu_tests": {"tests": {t: "passed" for t in FAMILY_IDS}, "collected": list(FAMILY_IDS),
                        "counts": {"passed": len(FAMILY_IDS), "failed": 0, "error": 0, "skipped": 0}},
          "kat": [{"family": f, "vectors": 8, "passed": 8, "max_abs_diff": 0.0} for f in kat.FAMILIES]}
@@ -119,45 +118,50 @@ def test_collection_changed_since_the_run_rejects(ledger, monkeypatch):
     assert not ok and "1 not run ['tests/test_int4_kat.py::test_new']" in why
 
 
+def _legacy_entry():
+    """An entry of the kind written before the collection was recorded: the narrower hash scope,
+    junit-style test ids, no 'collected'."""
+    narrow = verify.source_hashes(verify.legacy_sources())
+    e = _entry(sources=narrow, sources_sha256=verify.combined_hash(narrow))
+    e["gpu_tests"] = {"tests": {t.replace("/", ".").replace(".py::", "::"): "passed" for t in FAMILY_IDS}}
+    return e
+
+
+def test_legacy_entry_vouches_only_for_what_it_hashed(ledger):
+    ok, why = ledger(_legacy_entry())
+    assert ok and "LEGACY" in why and "not the wider sources" in why
+    assert "t4lib/ops/int4/__init__.py" in why and "tests/test_w4a16.py" in why   # named as not covered
+    for breaks in (_failed, _kat_failed, _other_device, _not_passed):
+        e = _legacy_entry()
+        breaks(e)
+        assert not ledger(e)[0], breaks.__name__
+    e = _legacy_entry()
+    e["sources"]["kernels/int4.cu"] = "0" * 64        # a kernel changed since it ran
+    e["sources_sha256"] = verify.combined_hash(e["sources"])
+    assert not ledger(e)[0]
+
+
+def test_legacy_entry_is_ignored_once_a_current_entry_exists(ledger, tmp_path):
+    (tmp_path / "old.json").write_text(json.dumps(_legacy_entry()))
+    stale = _entry()
+    _source_changed(stale)
+    ok, why = ledger(stale)   # dev.json: of the current kind, but stale
+    assert not ok and "old.json" in why and "LEGACY" not in why
+
+
 def test_ledger_hash_covers_what_decides_kernels_and_gpu_tests():
     names = set(verify.source_hashes())
-    for must in ("kernels/common.cuh", "kernels/int4.cu", "t4lib/core/build.py", "t4lib/evidence/kat.py",
+    for must in ("kernels/common.cuh", "kernels/int4.cu", "t4lib/_build.py", "t4lib/kat.py",
                  "t4lib/ops/int4/binding.py", "t4lib/ops/int4/__init__.py", "t4lib/ops/int4/reference.py",
                  "t4lib/ops/_dispatch.py", "t4lib/ops/int8_activations.py", "t4lib/ops/gguf/packing.py",
-                 "t4lib/quant/w4a16.py", "tests/conftest.py", "tests/kernel_checks.py", "tests/test_w4a16.py",
-                 # reached only through what the GPU tests import: the engines and trainers they drive
-                 "t4lib/serving/engine.py", "t4lib/speculative/engine.py", "t4lib/quant/linear.py",
-                 "t4lib/train/grpo.py", "t4lib/models/tiny.py", "t4lib/core/timing.py"):
+                 "t4lib/quant/w4a16.py", "tests/conftest.py", "tests/kernel_checks.py", "tests/test_w4a16.py"):
         assert must in names, must
-
-
-def test_ledger_sources_follow_imports_transitively(tmp_path):
-    """A module a GPU test reaches only through another module is hashed; one it never reaches is not."""
-    from t4lib.core import provenance
-
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "kernels").mkdir()
-    pkg = tmp_path / "t4lib"
-    (pkg / "sub").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
-    (pkg / "sub" / "a.py").write_text("from . import b\n")
-    (pkg / "sub" / "b.py").write_text("def f():\n    from t4lib.sub.c import g\n")
-    (pkg / "sub" / "c.py").write_text("g = 1\n")
-    (pkg / "sub" / "unreached.py").write_text("")
-    (pkg / "sub" / "k.cuh").write_text("")
-    (tmp_path / "kernels" / "x.cu").write_text("")
-    (tmp_path / "tests" / "test_x.py").write_text("import pytest\nfrom t4lib.sub import a\npytestmark = pytest.mark.gpu\n")
-    (tmp_path / "tests" / "test_cpu.py").write_text("from t4lib.sub import unreached\n")
-    names = set(provenance.source_hashes(repo=tmp_path))
-    assert names == {"tests/test_x.py", "t4lib/__init__.py", "t4lib/sub/__init__.py", "t4lib/sub/a.py",
-                     "t4lib/sub/b.py", "t4lib/sub/c.py", "t4lib/sub/k.cuh", "kernels/x.cu"}, names
 
 
 def test_hashed_test_files_are_those_of_the_gpu_collection():
     """The static rule (a file naming the gpu marker) hashes every file the -m gpu collection draws from."""
     collected_files = {i.split("::")[0] for i in verify._current_collection()}
-    hashed = {str(p.relative_to(verify.REPO)) for p in verify.gpu_test_files()}
+    hashed = {str(p.relative_to(verify.REPO)) for p in verify._gpu_test_files()}
     assert collected_files and collected_files <= hashed, collected_files - hashed
 
 
@@ -171,13 +175,13 @@ def test_a_verify_run_writes_an_entry_check_ledger_accepts(ledger, monkeypatch, 
     for; the same run with one failed test writes an entry that is rejected."""
     import torch
 
-    from t4lib.core import hw
+    from t4lib import hw
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(hw, "device_info", lambda index=0: {
         "name": "NVIDIA H200", "slug": "nvidia-h200", "capability": (9, 0), "driver": "580", "torch": "2",
         "cuda_runtime": "13"})
-    monkeypatch.setattr(build, "build_many", lambda *a, **k: {f: tmp_path / f"{f}.so" for f in build.families()})
+    monkeypatch.setattr(_build, "build_many", lambda *a, **k: {f: tmp_path / f"{f}.so" for f in _build.families()})
     monkeypatch.setattr(verify, "collect_gpu_tests", lambda: list(FAMILY_IDS))
     monkeypatch.setattr(kat, "run_all", lambda backend: [{"family": f, "vectors": 4, "passed": 4, "max_abs_diff": 0.0}
                                                          for f in kat.FAMILIES])

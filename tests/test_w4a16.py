@@ -281,3 +281,27 @@ def test_gemv_int8_bit_identical_for_any_grid_cap_and_in_a_graph(M, N, K):
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(y, ops.gemv(x, w, activations="int8"))
+
+
+def test_recorded_gemv_attempts_take_the_fastest_variant_against_the_same_run(tmp_path):
+    import json
+
+    from t4lib.ops.w4a16 import bench
+    from t4lib import results
+    doc = {"device": "GPU", "commit": "abcdef1", "command": "python tools/gemv_lab/m1_lab.py xs",
+           "date": "2026-12-01T00:00:00+00:00", "variants": {"0": "rowgroup", "1": "A", "2": "B"},
+           "gemv": {"5120x17408": {"rowgroup": {"us": 20.0}, "A": {"us": 25.0}, "B": {"us": 22.0},
+                                   "copy_same_bytes": {"us": 18.0}}}}
+    (tmp_path / "dev" / "labs").mkdir(parents=True)
+    (tmp_path / "dev" / "labs" / "xs_lab.json").write_text(json.dumps(doc))
+    rows = bench.recorded_gemv_attempts(results.load_labs("dev", tmp_path))  # the other labs are absent: left out
+    assert [(r["case"], r["library_us"]) for r in rows] == [("copy_same_bytes", 20.0), ("B", 20.0)]
+    assert rows[1]["ratio"] == pytest.approx(1.1)
+
+
+def test_recorded_gemv_attempts_cover_every_committed_lab():
+    from t4lib import results
+    from t4lib.ops.w4a16 import bench
+    rows = bench.recorded_gemv_attempts(results.load_labs("nvidia-h200"))
+    assert len(rows) == len(bench._ATTEMPTS)
+    assert all(r["us"] > 0 and r["library_us"] > 0 for r in rows)

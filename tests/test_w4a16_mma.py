@@ -266,7 +266,7 @@ def test_mma_unaligned_x_view_and_quantlinear():
 
 
 def test_sweep_rows_and_target_verdicts_from_figures():
-    from t4lib.benchmarks import w4a16 as bench
+    from t4lib.ops.w4a16 import bench
 
     def fig(v):
         return {"value": v, "device": "GPU"}

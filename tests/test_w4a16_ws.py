@@ -72,7 +72,7 @@ def test_captures_in_cuda_graph():
 
 
 def test_ncu_log_parsing():
-    from t4lib.benchmarks import w4a16_ws as wb
+    from t4lib.ops.w4a16 import ws_bench as wb
 
     log = ""
     for _ in wb.NCU_PROBES:
@@ -101,7 +101,7 @@ def test_ncu_figures_from_the_recorded_h200_log():
     """The run's own Nsight Compute log (with its ==PROF== lines) gives both probes' stall shares."""
     from pathlib import Path
 
-    from t4lib.benchmarks import w4a16_ws as wb
+    from t4lib.ops.w4a16 import ws_bench as wb
 
     log = Path(__file__).parents[1] / "results" / "nvidia-h200" / "logs" / "ncu_w4a16_ws.log"
     rows = wb.parse_ncu(log.read_text())

@@ -1,21 +1,28 @@
-"""Turn a pipeline.sh run (its job directory, copied back from the GPU machine) into
-``results/<device>/small_gpu.json`` (the figures, on the test split) and ``records.json`` here (every arm and
-seed, validation and test, and the recipe chosen on validation).
+"""Turn a GPU run of train_arms.sh + collect.py + after_pretraining.sh (their directories, copied back from
+the GPU machine) into ``results/<device>/small_gpu.json`` (the figures, on the test split),
+``pretraining_arms.json`` and ``records.json`` here (every arm and seed, validation and test, and the
+recipes chosen on validation). The figures keep the provenance they were measured under (the training
+record's commit and sources hash), not the checkout's that gathers them.
 
-Usage: T4LIB_COMMIT=<the commit the run used> python labs/small_gpu_recipe/gather.py JOB_DIR DEVICE_SLUG
+Usage: python labs/small_gpu_recipe/gather.py ARMS_DIR JOB_DIR DEVICE_SLUG
 """
 import json
 import statistics
 import sys
 from pathlib import Path
 
-from t4lib.core import results
-from t4lib.train import sft
+from t4lib import results
+from t4lib.models import open_eval
 
-job, slug = Path(sys.argv[1]), sys.argv[2]
+arms_dir, job, slug = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 HERE = Path(__file__).resolve().parent
-SRC = "labs/small_gpu_recipe/pipeline.sh"
-train = json.loads((job / "model" / "training_record.json").read_text())
+SRC = "labs/small_gpu_recipe/train_arms.sh, collect.py, after_pretraining.sh"
+arms = {d.name: json.loads((d / "training_record.json").read_text())
+        for d in sorted(arms_dir.iterdir()) if (d / "training_record.json").is_file()}
+chosen_arm = (arms_dir / "chosen.txt").read_text().strip()
+train = arms[chosen_arm]
+results.provenance = lambda: dict(train["provenance"])   # where the figures were measured
+MEASURED_AT = {k: train["provenance"][k] for k in ("commit", "sources_sha256")}
 device = train["device"].split("(", 1)[1].rstrip(")")
 env = dict(device=device, driver=train.get("driver", "580.159.04"), torch=train["versions"]["torch"], clocks={},
            throttle=[])
@@ -58,7 +65,7 @@ def seed_mean(name, groups, key, note):
 
 test = train["eval"]["test"]
 for key in ("math_1step_exact", "math_2step_exact", "math_3_4step_exact", "math_lookup_exact", "copy_exact_match",
-            "trap_abstention"):
+            "trap_abstention", "math_abstained"):
     measured(f"model/small-gpu/{key}", test[key], note=f"base model, plain format, greedy, test split "
              "(held-out productions and pools)" + (f", outputs of {test['copy_min_output_tokens']}+ tokens"
                                                    if key.startswith("copy") else ""))
@@ -87,7 +94,22 @@ results.write(results.results_dir() / slug / "small_gpu.json", figs,
                                                     "data_wait_seconds", "compiled", "versions")),
               sft=dict(chosen_lr=chosen, validation_grounded_by_lr=val,
                        grounded_by_structure_seed_mean={s: statistics.mean(v) for s, v in sorted(worst.items())}))
-record = {**results.lab_record("bash labs/small_gpu_recipe/pipeline.sh (pretraining arms: train_arms.sh)"),
+arms_record = {**results.lab_record("bash labs/small_gpu_recipe/train_arms.sh; python labs/small_gpu_recipe/collect.py"),
+               "device": device, "date": train["date"], **MEASURED_AT,
+               "note": "two pretraining arms side by side on one H200 (3400 steps of 64 x 1024 tokens each, the same "
+                       "procedural stream, lr 1e-3): small (hidden 384, 20.5M parameters) and wide (hidden 512, 8 "
+                       "heads, 28.3M); the arm with the higher validation score (mean of 1-step, 2-step and copy "
+                       "exact match) becomes the preset",
+               "chosen": chosen_arm,
+               "arms": {name: {"validation_score": open_eval.score(r["eval"]["validation"]),
+                               "command": r["command"], "n_params": r["n_params"],
+                               "train_seconds": r["train_seconds"], "trainer_tokens_per_s": r["trainer_tokens_per_s"],
+                               **{split: {k: r["eval"][split][k] for k in ("math_1step_exact", "math_2step_exact",
+                                          "math_3_4step_exact", "copy_exact_match", "trap_abstention",
+                                          "math_abstained")} for split in ("validation", "test")}}
+                        for name, r in arms.items()}}
+results.write_json(HERE / "pretraining_arms.json", arms_record)
+record = {**results.lab_record("bash labs/small_gpu_recipe/after_pretraining.sh"), **MEASURED_AT,
           "device": device, "question": "which learning rates for small-gpu's pretraining and cold-start SFT?",
           "sft": {name: {split: {k: r["after"][split]["overall"][k] for k in ("schema_valid", "grounded")}
                          | {"two_step_grounded": r["after"][split].get("two_step", {}).get("grounded")}

@@ -5,10 +5,10 @@ A reference Transformer (``BaselineTransformer``), an optimized drop-in
 strict rule (``rule``), a self-calibrating per-layer / per-shape dispatch
 (``calibrate``), a timing protocol that cannot flatter it (``timing``), the
 shape table and the long-context blockwise evaluator (``shapes``), and the
-benchmark entry point (``bench``: ``python -m t4lib.benchmarks.contract --out DIR``).
+benchmark entry point (``bench``: ``python -m t4lib.contract.bench --out DIR``).
 
 The contract dtype is fp16 on CUDA (see ``model``'s docstring).
 """
-from t4lib.contract.model import BaselineTransformer, OptimizedTransformer, shape_key  # noqa: F401
-from t4lib.contract.rule import compare, strict, judge  # noqa: F401
-from t4lib.contract.calibrate import Plan, PlanEntry, StalePlanError, calibrate_shape  # noqa: F401
+from .model import BaselineTransformer, OptimizedTransformer, shape_key  # noqa: F401
+from .rule import compare, strict, judge  # noqa: F401
+from .calibrate import Plan, PlanEntry, StalePlanError, calibrate_shape  # noqa: F401

@@ -37,10 +37,10 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from t4lib.core import results
-from t4lib.contract import rule as _rule
-from t4lib.contract import timing
-from t4lib.contract.model import BaselineTransformer, OptimizedTransformer, describe
+from .. import results
+from . import rule as _rule
+from . import timing
+from .model import BaselineTransformer, OptimizedTransformer, describe
 
 PLAN_SCHEMA = 1
 BASE_MODES = ("packed_fused", "fused", "packed")   # probed in this order; "ref" always passes

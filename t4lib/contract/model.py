@@ -83,8 +83,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from t4lib.core import graphs
-
 MODES = ("ref", "fused", "packed", "packed_fused", "sdpa")
 PACKED = ("packed", "packed_fused", "sdpa")
 
@@ -343,8 +341,15 @@ class _GraphRunner:
         self.static_x = x.detach().clone()
         self.static_mask = None if mask is None else mask.detach().clone()
         self.mask_stamp = None if mask is None else _Stamp(mask)
-        self.graph, self.static_out = graphs.capture(lambda: fn(self.static_x, self.static_mask), warmup=warmup,
-                                                     device=x.device)
+        s = torch.cuda.Stream(device=x.device)
+        s.wait_stream(torch.cuda.current_stream(x.device))
+        with torch.cuda.stream(s):
+            for _ in range(warmup):
+                fn(self.static_x, self.static_mask)
+        torch.cuda.current_stream(x.device).wait_stream(s)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.static_out = fn(self.static_x, self.static_mask)
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         self.static_x.copy_(x)

@@ -35,7 +35,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from t4lib.contract.model import BaselineTransformer
+from .model import BaselineTransformer
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from t4lib.core import results
+from .. import results
 
 WARMUP, REPS, ROUNDS, PROCESSES = 20, 100, 3, 3
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from t4lib.models import presets
-
 __all__ = ["load", "ModelNotAvailableError"]
 
 
@@ -59,12 +57,13 @@ def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     name = str(model_id_or_path)
-    if name in presets.PRESETS and not Path(name).exists():
-        path = presets.checkpoint_dir(name)
+    from . import tiny
+    if name in tiny.PRESETS and not Path(name).exists():
+        path = tiny.checkpoint_dir(name)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
                 f"no checkpoint for preset {name!r} at {path}; train it with "
-                f"`{presets.train_command(name)}` (or add `--out DIR` and copy DIR to {path})")
+                f"`{tiny.train_command(name)}` (or add `--out DIR` and copy DIR to {path})")
         name = str(path)
 
     kw = dict(_dtype_kw(dtype), trust_remote_code=trust_remote_code, **kwargs)

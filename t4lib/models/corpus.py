@@ -14,7 +14,7 @@ import os
 import random
 from pathlib import Path
 
-from t4lib.models import schema
+from . import schema
 
 #: training-side files (what pretraining and the tokenizer may read)
 TRAIN_FILES = ("math_train.jsonl", "honesty_train.jsonl", "copy_train.jsonl", "traces.jsonl")

@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 from fractions import Fraction
 
-from t4lib.models.answers import Unparseable, parse_rational
+from .answers import Unparseable, parse_rational
 
 #: the five trace tags, in the order they must appear
 TRACE_TAGS = ("understand", "plan", "compute", "verify", "answer")

@@ -47,12 +47,94 @@ import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-from t4lib.core import results
-from t4lib.models import corpus, open_eval, procedural, schema
-from t4lib.models import load, packing
-from t4lib.models.presets import PRESETS, Preset, checkpoint_dir, get_preset, train_command
+from .. import results
+from . import corpus, open_eval, procedural, schema
 
 REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    hidden_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    intermediate_size: int
+    # training
+    steps: int
+    batch_size: int
+    seq_len: int
+    lr: float
+    warmup: int
+    weight_decay: float = 0.1
+    prompt_weight: float = 0.1   # loss weight of prompt tokens (completions weigh 1)
+    drills: int = 20000          # arithmetic drills ("47 + 29 =" -> " 76") added to the mix
+    math_repeat: int = 1
+    chat_fraction: float = 0.2
+    seed: int = 0
+    # evaluation sizes (held-out 1-2 step problems, copy tasks, quarantined traps)
+    eval_math: int = 400
+    eval_copy: int = 300
+    eval_honesty: int = 150
+    eval_batch: int = 64
+    threads: int | None = None
+    # data: "files" (the committed data/*.jsonl, repeated) or "procedural" (t4lib.models.procedural,
+    # generated while training in `workers` processes, never repeated)
+    corpus: str = "files"
+    tokenizer: str = "tokenizer"     # directory under data/
+    workers: int = 7
+    eval_n: int | None = None        # procedural corpus: records per held-out set evaluated (None: all)
+    compile: bool = False            # torch.compile the training forward (falls back to eager on failure)
+    extra: dict = field(default_factory=dict)
+
+
+PRESETS = {
+    # tiny-cpu: in a fixed ~4.5 minutes on 2 cores, more and smaller steps (8 x 256 tokens) on a
+    # math-heavy mix without chat documents learned the held-out problems best (0.25 exact match,
+    # against 0.10-0.12 for 16 x 256 x 800 steps, 32 x 128 or 4 x 256; training_record.json).
+    "tiny-cpu": Preset("tiny-cpu", hidden_size=128, num_hidden_layers=6, num_attention_heads=4,
+                       num_key_value_heads=1, intermediate_size=384, steps=1800, batch_size=8,
+                       seq_len=256, lr=2e-3, warmup=60, math_repeat=3, chat_fraction=0.0,
+                       eval_math=300, eval_copy=300, threads=2),
+    # tiny-gpu: of nine recipes trained side by side (results/nvidia-h200/labs/tiny_gpu_sweep.json), the
+    # same math-heavy mix as tiny-cpu with three times the arithmetic drills and weight decay 0.3
+    # learned the held-out problems best (0.40, against 0.34 for 64 x 256 x 2000 steps with chat
+    # documents); 120k-200k drills or decay 0.1 did worse (0.19-0.25).
+    "tiny-gpu": Preset("tiny-gpu", hidden_size=256, num_hidden_layers=8, num_attention_heads=4,
+                       num_key_value_heads=2, intermediate_size=1024, steps=2000, batch_size=32,
+                       seq_len=256, lr=2e-3, warmup=100, weight_decay=0.3, drills=60000, math_repeat=3,
+                       chat_fraction=0.0, eval_math=400, eval_copy=300, eval_batch=128),
+    # small-gpu: a model that reads and copies (28.3M parameters). Trained on the procedural corpus (open
+    # vocabularies, a compositional sentence grammar, never a repeated document), 3400 steps of 64 x 1024
+    # tokens, seven data workers. Of two arms trained side by side, hidden 384 (20.5M) and hidden 512, the
+    # wider had the higher score on the validation split.
+    "small-gpu": Preset("small-gpu", hidden_size=512, num_hidden_layers=8, num_attention_heads=8,
+                        num_key_value_heads=2, intermediate_size=1536, steps=3400, batch_size=64, seq_len=1024,
+                        lr=1e-3, warmup=200, weight_decay=0.1, prompt_weight=0.25, drills=0,
+                        corpus="procedural", tokenizer="tokenizer_open", workers=7, compile=True, eval_batch=128),
+    "micro-open": Preset("micro-open", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=64, steps=3, batch_size=2, seq_len=128, lr=1e-3,
+                         warmup=1, drills=0, corpus="procedural", tokenizer="tokenizer_open", workers=1, eval_n=4),
+    "micro": Preset("micro", hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    num_key_value_heads=1, intermediate_size=64, steps=4, batch_size=4, seq_len=64,
+                    lr=1e-3, warmup=1, eval_math=4, eval_copy=4, eval_honesty=4, eval_batch=4, drills=50),
+}
+
+
+def get_preset(name: str) -> Preset:
+    if name not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {name!r}")
+    return PRESETS[name]
+
+
+def checkpoint_dir(preset: str) -> Path:
+    """Committed location of a preset's checkpoint: ``data/models/<preset>``."""
+    return corpus.data_dir() / "models" / preset
+
+
+def train_command(preset: str) -> str:
+    return f"python -m t4lib.models.tiny train --preset {preset}"
 
 
 def tokenizer_dir() -> Path:
@@ -464,6 +546,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     import torch
     from tqdm.auto import tqdm
 
+    from . import packing      # imports torch: kept off the torch-free import path of this module
     t0 = time.time()
     tok_dir = corpus.data_dir() / p.tokenizer
     tok = load_tokenizer(tok_dir)
@@ -569,6 +652,7 @@ def load_preset(preset: str, **kw):
         raise FileNotFoundError(
             f"no checkpoint for preset {preset!r} at {path}; train it with `{train_command(preset)}` "
             f"(or `{train_command(preset)} --out DIR` and copy DIR to {path})")
+    from . import load
     return load(str(path), **kw)
 
 
@@ -603,6 +687,7 @@ def main(argv=None):
         print(f"wrote {Path(a.out) if a.out else checkpoint_dir(a.preset)}")
     else:
         import torch
+        from . import load
         device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
         path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
         model, tok = load(path, dtype=torch.float32, device=device)

@@ -13,7 +13,7 @@ import os
 
 import torch
 
-from t4lib.core import build
+from .. import _build
 
 BACKENDS = ("auto", "cuda", "reference")
 
@@ -81,14 +81,14 @@ def use_cuda(backend: str, family: str, device: torch.device) -> bool:
     if backend == "cuda":
         if not on_cuda:
             raise ValueError(f"backend='cuda' needs CUDA tensors, got tensors on {device}")
-        build.load(family)  # raises BuildError with the nvcc log
+        _build.load(family)  # raises BuildError with the nvcc log
         return True
-    if on_cuda and build.available(family):
+    if on_cuda and _build.available(family):
         return True
     if os.environ.get("T4LIB_REQUIRE_CUDA") == "1":
         why = "inputs are on the CPU" if not on_cuda else f"kernel family {family!r} does not build"
         if on_cuda:
-            build.load(family)  # surface the build error itself
+            _build.load(family)  # surface the build error itself
         raise RuntimeError(f"T4LIB_REQUIRE_CUDA=1 but {why}")
     return False
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops.int8_activations import error_bound, quantize
-from t4lib.ops.w4a16 import GEMV_MAX_M, QuantizedWeight
-from t4lib.ops.w4a16 import gemv as _w4a16_gemv
-from t4lib.ops.w4a16 import reference as _reference
+from .int8_activations import error_bound, quantize
+from .w4a16 import GEMV_MAX_M, QuantizedWeight
+from .w4a16 import gemv as _w4a16_gemv
+from .w4a16 import reference as _reference
 
 __all__ = ["gemv", "reference", "error_bound", "quantize", "QuantizedWeight", "GEMV_MAX_M"]
 

@@ -19,15 +19,9 @@ Entry point: ``python -m t4lib.pacing sweep --out results/<device-slug>/``.
 """
 from __future__ import annotations
 
-from t4lib.pacing.controller import (
-    Decision, binding_budget, check_budget, choose, launch_kwargs, T4_BUDGET_W,
-)
-from t4lib.pacing.grid import (
-    DEFAULT_CAPS, SMLimits, T4_LIMITS, check_cap, ctas_for_cap, device_limits, plan,
-)
-from t4lib.pacing.recorded import find_recorded, load_sweep, synthetic_sweep, validate_sweep
-from t4lib.pacing import report
-from t4lib.pacing.sweep import run_sweep as _run
+from .controller import Decision, binding_budget, check_budget, choose, launch_kwargs, T4_BUDGET_W
+from .grid import DEFAULT_CAPS, SMLimits, T4_LIMITS, check_cap, ctas_for_cap, device_limits, plan
+from .recorded import find_recorded, load_sweep, synthetic_sweep, validate_sweep
 
 __all__ = ["Decision", "binding_budget", "check_budget", "choose", "launch_kwargs", "T4_BUDGET_W", "DEFAULT_CAPS",
            "SMLimits", "T4_LIMITS", "check_cap", "ctas_for_cap", "device_limits", "plan", "find_recorded",
@@ -36,12 +30,15 @@ __all__ = ["Decision", "binding_budget", "check_budget", "choose", "launch_kwarg
 
 def run_sweep(*args, **kwargs):
     """See ``t4lib.pacing.sweep.run_sweep``."""
+    from .sweep import run_sweep as _run
     return _run(*args, **kwargs)
 
 
 def run(out_dir, window_s: float | None = 15.0, kernels=("int4_dequant", "w4a16_gemm")) -> list[dict]:
     """Benchmark entry point: sweep on the current GPU, save ``out_dir/pacing_sweep.json``
     and the plots, return the figures."""
+    from . import report
+
     sweep = run_sweep(kernels, window_s=window_s)
     _, figs = report.save(sweep, out_dir)
     return figs

@@ -5,8 +5,7 @@ import argparse
 import json
 import sys
 
-from t4lib.pacing import controller, grid, recorded, report
-from t4lib.pacing.sweep import run_sweep
+from . import controller, grid, recorded, report
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("--kernel", default="int4_dequant")
     a = ap.parse_args(argv)
     if a.cmd == "sweep":
+        from .sweep import run_sweep
         try:
             sw = run_sweep(a.kernels, a.caps, window_s=a.window_s, settle_s=a.settle_s, interval=a.interval)
         except (RuntimeError, ValueError) as e:

@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field, asdict
 from typing import Any
 
-from t4lib.pacing import grid, kernels
-from t4lib.pacing.sweep import POWER_CAP_REASONS
+from . import grid, kernels
+from .sweep import POWER_CAP_REASONS
 
 T4_BUDGET_W = 70.0
 

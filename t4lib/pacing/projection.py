@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from t4lib.core import hw
-from t4lib.pacing import grid
+from .. import hw
+from . import grid
 
 T4 = hw.T4
 MEM_ASSUMPTIONS = {"latency_ns": 600.0, "read_bytes_in_flight_per_thread": 16, "warps_per_cta": 8,

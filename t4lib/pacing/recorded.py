@@ -1,7 +1,7 @@
 """Loading recorded sweeps, and a synthetic one for CPU-only demonstration.
 
 A measured sweep is saved as ``results/<device-slug>/pacing_sweep.json``: a
-results file (``t4lib.core.results`` schema) whose ``pacing`` key holds the sweep
+results file (``t4lib.results`` schema) whose ``pacing`` key holds the sweep
 document that ``run_sweep`` returned. ``load_sweep`` reads one back;
 ``find_recorded`` finds the measured ones shipped in ``results/``.
 
@@ -18,8 +18,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-from t4lib.core import results
-from t4lib.pacing import grid
+from .. import results
+from . import grid
 
 SWEEP_FILE = "pacing_sweep.json"
 _ROW_KEYS = ("cap", "throughput", "power_avg_w", "reasons_seen")

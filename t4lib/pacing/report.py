@@ -4,9 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from t4lib.core import results
-from t4lib.pacing import controller, projection
-from t4lib.pacing.recorded import SWEEP_FILE
+from .. import results
+from . import controller, projection
+from .recorded import SWEEP_FILE
 
 _SCALE = {"B": (1e9, "GB/s", "J/GB"), "FLOP": (1e12, "TFLOP/s", "J/TFLOP")}
 SOURCE = "t4lib.pacing (python -m t4lib.pacing sweep)"

@@ -2,7 +2,7 @@
 
 For every (kernel, cap) the runner launches the kernel back to back for
 ``window_s`` seconds (keeping at most two batches queued, so the GPU never
-idles and the host never runs far ahead) while ``t4lib.core.telemetry.Sampler``
+idles and the host never runs far ahead) while ``t4lib.telemetry.Sampler``
 records power, SM and memory clock, temperature and clock-event reasons.
 The first ``settle_s`` seconds are discarded; throughput, power and clocks
 are the averages over the rest of the window.
@@ -25,8 +25,8 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from t4lib.core import hw, telemetry
-from t4lib.pacing import grid, kernels
+from .. import hw, telemetry
+from . import grid, kernels
 
 #: NVML clock-event reasons that mean the power limit is acting.
 POWER_CAP_REASONS = ("sw_power_cap", "hw_power_brake_slowdown")

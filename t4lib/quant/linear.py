@@ -4,12 +4,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from t4lib.quant.quantize import quantize_gptq, quantize_rtn
-from t4lib.quant.w4a16 import QuantizedWeight, check_group_size
-from t4lib.ops import w4a16 as ops
-from t4lib.ops.w4a16 import reference as w4a16_reference
-from t4lib.ops.int4 import binding
-from t4lib.ops.int8_activations import check_activations
+from .quantize import quantize_gptq, quantize_rtn
+from .w4a16 import QuantizedWeight, check_group_size
 
 # what forward takes (cast to fp16 on CUDA, run by the reference in their own dtype elsewhere): an integer, bool
 # or complex x would be truncated to real values where nn.Linear raises
@@ -96,6 +92,8 @@ class QuantLinear(nn.Module):
         return self.weight_q.dequantize()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        from ..ops import w4a16 as ops
+
         if not isinstance(x, torch.Tensor) or x.dtype not in INPUT_DTYPES:
             raise TypeError(f"x must be a floating-point tensor ({', '.join(str(d) for d in INPUT_DTYPES)}), "
                             f"got {getattr(x, 'dtype', type(x).__name__)}")
@@ -113,7 +111,8 @@ class QuantLinear(nn.Module):
             y = ops.matmul(x2.to(torch.float16), w, max_ctas=self.max_ctas, backend=self.backend,
                            activations=self.activations).to(x.dtype)
         else:  # CPU in fp32/bf16: the reference in the input dtype
-            y = w4a16_reference.matmul(x2, w)
+            from ..ops.w4a16 import reference
+            y = reference.matmul(x2, w)
         if self.bias is not None:
             y = y + self.bias.to(y.dtype)
         return y.reshape(*lead, self.out_features)
@@ -134,6 +133,7 @@ def dequantize_into(layer: "QuantLinear") -> torch.Tensor:
     the product in flight (a buffer kept for the model's life would sit under the loss's peak)."""
     if not layer.qweight.is_cuda:
         return layer.weight_q.dequantize(torch.float32)
+    from ..ops.int4 import binding
 
     out = torch.empty(layer.out_features * layer.in_features, dtype=torch.float16, device=layer.qweight.device)
     # row-major [N, K] words and [N, K/g] scales flatten to the kernel's 1-D layout (K % g == 0)
@@ -159,6 +159,8 @@ class _QuantLinearFn(torch.autograd.Function):
 
 def set_activations(model: nn.Module, activations: str) -> int:
     """Set ``activations`` ("fp16" or "int8") on every QuantLinear of ``model``; returns how many."""
+    from ..ops.int8_activations import check_activations
+
     check_activations(activations)
     layers = [m for m in model.modules() if isinstance(m, QuantLinear)]
     if not layers:

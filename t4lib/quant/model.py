@@ -23,10 +23,10 @@ from typing import Iterable
 import torch
 from torch import nn
 
-from t4lib.decoding.tokens import check_ids_tensor, vocab_size
-from t4lib.quant.linear import QuantLinear
-from t4lib.quant.quantize import check_weight_range
-from t4lib.quant.w4a16 import GROUP_SIZES, HessianAccumulator, check_group_size
+from ..tokens import check_ids_tensor, vocab_size
+from .linear import QuantLinear
+from .quantize import check_weight_range
+from .w4a16 import GROUP_SIZES, HessianAccumulator, check_group_size
 
 FORMATS = ("fp16", "w4a16")
 METHODS = ("rtn", "gptq")

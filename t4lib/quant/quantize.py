@@ -15,9 +15,9 @@ import numbers
 
 import torch
 
-from t4lib.quant.w4a16 import QuantizedWeight, _check_weight
-from t4lib.quant.w4a16 import quantize_gptq as _gptq
-from t4lib.quant.w4a16 import quantize_rtn as _rtn
+from .w4a16 import QuantizedWeight, _check_weight
+from .w4a16 import quantize_gptq as _gptq
+from .w4a16 import quantize_rtn as _rtn
 
 FP16_MAX = 65504.0
 MAX_ABS_WEIGHT = FP16_MAX * 7.5 / 8   # |w| whose code -8 times its scale still fits fp16

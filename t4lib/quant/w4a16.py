@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops.w4a16.format import (
-    GROUP_SIZES, QMAX, QMIN, QuantizedWeight, check_group_size, pack_int4_rows, unpack_int4_rows,
-)
+from ..ops.w4a16.format import (GROUP_SIZES, QMAX, QMIN, QuantizedWeight, check_group_size,  # noqa: F401
+                                pack_int4_rows, unpack_int4_rows)
 
 _RTN_DIV = 7.5  # s = absmax / 7.5: -absmax -> -8, +absmax -> 7
 

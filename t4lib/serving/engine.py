@@ -52,7 +52,7 @@ first choice), decode tokens/s (tokens after the first / decode time), weight
 bytes, peak allocated memory, and *bandwidth achieved*: bytes one decode step
 must read (every Linear weight incl. lm_head, plus the KV cache up to the
 current length, averaged over the steps) x steps/s, as a fraction of the
-copy bandwidth of :func:`t4lib.core.hw.copy_bandwidth` (the gpt-fast convention).
+copy bandwidth of :func:`t4lib.hw.copy_bandwidth` (the gpt-fast convention).
 """
 from __future__ import annotations
 
@@ -65,12 +65,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from t4lib.quant.linear import QuantLinear
-from t4lib.decoding.sampling import scaled_logits
-from t4lib.decoding.tokens import eos_ids, token_rows, vocab_size
-from t4lib.serving import hf_compat
-from t4lib.core import graphs, hw
-from t4lib.quant.model import weight_bytes
+from ..quant.linear import QuantLinear
+from ..tokens import eos_ids, token_rows, vocab_size
+from . import hf_compat
 
 
 @dataclass
@@ -115,6 +112,7 @@ def linear_weight_bytes(model: nn.Module) -> int:
 
 
 def model_bytes(model: nn.Module) -> int:
+    from ..quant.model import weight_bytes
     return weight_bytes(model)
 
 
@@ -126,18 +124,27 @@ def kv_bytes_per_position(model: nn.Module, batch_size: int = 1) -> int:
     return 2 * cfg.num_hidden_layers * n_kv * head_dim * torch.finfo(dtype).bits // 8 * batch_size
 
 
+def _scaled(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
+    """fp32 ``logits / temperature``, outside the top k set to -inf: the sampling distribution's logits."""
+    logits = logits.float() / temperature
+    if top_k and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    return logits
+
+
 def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int,
             logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """[B, V] -> ([B] next tokens, [B] their log-probabilities under :func:`t4lib.decoding.sampling.scaled_logits` or None);
+    """[B, V] -> ([B] next tokens, [B] their log-probabilities under :func:`_scaled` or None);
     capture-safe (no host sync). Greedy at ``temperature == 0``: the distribution is the point mass on the
     argmax, whose log-probability is 0 (dividing by the temperature would give NaN)."""
     if not do_sample:
         nxt = logits.float().argmax(dim=-1)
         if logprobs and temperature == 0:
             return nxt, torch.zeros(nxt.shape, dtype=torch.float32, device=nxt.device)
-        scaled = scaled_logits(logits, temperature, top_k) if logprobs else None
+        scaled = _scaled(logits, temperature, top_k) if logprobs else None
     else:
-        scaled = scaled_logits(logits, temperature, top_k)
+        scaled = _scaled(logits, temperature, top_k)
         u = torch.rand_like(scaled).clamp_(1e-10, 1.0 - 1e-7)
         nxt = (scaled - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max: a sample of softmax(scaled)
     if not logprobs:
@@ -310,20 +317,29 @@ class StaticEngine:
         """Capture the prefill graph of padded length ``Tp`` (warm-up on a side stream; the warm-up writes
         the cache slots the prefill then rewrites); on failure prefill eagerly and say why."""
         counters = self._cache_counters()[0]
-
-        def reset():
+        try:
+            if self._pf_pool is None:
+                self._pf_pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for c in counters:
+                    c.zero_()
+                self._prefill_body(Tp)
+            torch.cuda.current_stream().wait_stream(side)
             for c in counters:
                 c.zero_()
-
-        if self._pf_pool is None:
-            self._pf_pool = torch.cuda.graph_pool_handle()
-        g, why = graphs.try_capture(lambda: self._prefill_body(Tp), what="StaticEngine: prefill", warmup=1,
-                                    reset=reset, pool=self._pf_pool)
-        if g is not None:
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._pf_pool):  # records; runs nothing
+                self._prefill_body(Tp)
             self._pf_graphs[Tp] = g
-        else:   # capture-unsafe model code: prefill eagerly from now on
-            self.prefill_graph_error = why
-        reset()
+        except Exception as e:  # capture-unsafe model code: prefill eagerly and say so
+            self.prefill_graph_error = f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
+            warnings.warn(f"StaticEngine: prefill graph capture failed, prefilling eagerly "
+                          f"({self.prefill_graph_error})", RuntimeWarning)
+        for c in counters:
+            c.zero_()
 
     def _prefill(self, ids: torch.Tensor) -> tuple[torch.Tensor, bool]:
         """Logits [B, 1, V] of the last prompt token of ``ids [B, T]`` (on the device) with the cache filled
@@ -394,9 +410,19 @@ class StaticEngine:
             restore()
 
     def _capture_graph(self):
-        # the warm-up rewrites the K/V slot at pos with the values the real step writes; capture-unsafe
-        # model code: decode eagerly, the reason in graph_error
-        self.graph, self.graph_error = graphs.try_capture(self._step, warm_up=self._warm_up, warmup=1)
+        try:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):  # rewrites the K/V slot at pos with the values the real step writes
+                self._warm_up()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):  # records the step; runs nothing, so no buffer changes
+                self._step()
+            self.graph = g
+        except Exception as e:  # capture-unsafe model code: decode eagerly and say so
+            self.graph, self.graph_error = None, f"{type(e).__name__}: {e}"
+            torch.cuda.synchronize()
 
     # ------------------------------------------------------------------ generate
     def _check_generate(self, input_ids, attention_mask, max_new_tokens, do_sample, temperature, top_k, seed,
@@ -518,6 +544,7 @@ class StaticEngine:
         avg_len = T + max_new_tokens / 2
         res.bytes_per_step = self._bytes[1] + self._bytes[2] * avg_len
         if cuda:
+            from .. import hw
             res.peak_mem_bytes = torch.cuda.max_memory_allocated(self.device)
             if steps and decode > 0:
                 res.bandwidth_Bps = res.bytes_per_step * steps / decode

@@ -26,8 +26,8 @@ from itertools import accumulate
 import torch
 from torch import nn
 
-from t4lib.quant.linear import QuantLinear
-from t4lib.quant.w4a16 import QuantizedWeight
+from ..quant.linear import QuantLinear
+from ..quant.w4a16 import QuantizedWeight
 
 GROUPS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 

@@ -37,7 +37,7 @@ class RowStaticCache:
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
         """Write ``[B, H, q, D]`` at ``pos[b] + arange(q)`` of each row; return the whole layer."""
         # index_copy_ rather than scatter_ with a per-element index: on an H200 the compiled batch-1 forward of
-        # tiny-gpu took 0.324 ms against 0.357 ms with scatter_ (the speculative-step lab).
+        # tiny-gpu took 0.324 ms against 0.357 ms with scatter_ (results/nvidia-h200/labs/spec_step_lab.json).
         # Several rows write through a flat view, one index per (row, head, token).
         B, H, q, D = key_states.shape
         k, v = self.keys[layer_idx], self.values[layer_idx]

@@ -1,12 +1,12 @@
 """Drafters: propose up to ``k`` tokens for each sequence of a batch.
 
-One interface (:class:`t4lib.decoding.drafter.Drafter`): ``propose(contexts, k) -> list[list[int]]`` where
+One interface (:class:`Drafter`): ``propose(contexts, k) -> list[list[int]]`` where
 ``contexts[b]`` is every token of sequence ``b`` so far (prompt + generated, the last one
 not yet verified). A drafter may return fewer than ``k`` tokens (none at all when it has
 no guess); the engine then verifies fewer positions. When the engine samples it calls
 ``propose_sampled(contexts, k, sampler, generator) -> (drafts, qs)``: ``qs[b]`` is the ``[len(d), V]``
 distribution each draft token was drawn from, or None for a deterministic drafter (``q`` one-hot: the
-default, which calls ``propose``); :func:`t4lib.decoding.sampling.speculative_accept` then applies the
+default, which calls ``propose``); :func:`t4lib.speculative.sampling.speculative_accept` then applies the
 acceptance rule. A multi-token-prediction head plugs in as another ``Drafter``.
 """
 from __future__ import annotations
@@ -17,10 +17,26 @@ import numpy as np
 import torch
 from torch import nn
 
-from t4lib.decoding.drafter import Drafter
-from t4lib.decoding.tokens import eos_ids, vocab_size
-from t4lib.serving import StaticEngine
-from t4lib.speculative.engine import SpeculativeEngine
+from ..tokens import eos_ids, vocab_size
+
+
+class Drafter:
+    """Base class; subclasses implement :meth:`propose`."""
+
+    name = "drafter"
+
+    def propose(self, contexts: list[list[int]], k: int) -> list[list[int]]:
+        raise NotImplementedError
+
+    def propose_sampled(self, contexts: list[list[int]], k: int, sampler, generator: torch.Generator):
+        """Drafts and the distributions they were drawn from; deterministic drafters: ``q`` one-hot (None)."""
+        return self.propose(contexts, k), [None] * len(contexts)
+
+    @staticmethod
+    def _cut_at_eos(draft: list[int], eos: tuple[int, ...]) -> list[int]:
+        """No draft across an end of sequence: keep tokens up to and including the first of the ``eos`` ids."""
+        hit = next((i for i, t in enumerate(draft) if t in eos), None)
+        return draft if hit is None else draft[:hit + 1]
 
 
 class PromptLookupDrafter(Drafter):
@@ -100,6 +116,8 @@ def _plain_decoder(model, max_len: int, max_batch_size: int, k_max: int, **engin
     """A :class:`t4lib.speculative.SpeculativeEngine` of ``model`` that never drafts: a ragged batch's prefill
     (one CUDA graph per prompt bucket) and then chunks of up to ``k_max`` plain greedy steps per host round trip
     (one graph replayed), with no verify graphs."""
+    from .engine import SpeculativeEngine
+
     class PlainDecoder(SpeculativeEngine):
         def _graph_steps(self, st):
             return [(0, lambda: self._plain_step(st))]
@@ -122,6 +140,7 @@ class DraftModelDrafter(Drafter):
 
     def __init__(self, model: nn.Module, max_len: int = 1024, eos_token_id: int | list[int] | None = None,
                  max_batch_size: int = 64, k_max: int = 8, **engine_kw):
+        from ..serving import StaticEngine
         if not isinstance(model, nn.Module) or not hasattr(model, "config"):
             raise TypeError(f"draft model must be a Hugging Face causal LM, got {type(model).__name__}")
         if not isinstance(k_max, int) or isinstance(k_max, bool) or k_max < 1:

@@ -68,11 +68,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from t4lib.decoding.tokens import eos_ids, token_rows, vocab_size
-from t4lib.speculative.cache import RowStaticCache, causal_row_mask
-from t4lib.core import graphs
-from t4lib.decoding.drafter import Drafter
-from t4lib.decoding.sampling import Sampler, sample, speculative_accept
+from ..tokens import eos_ids, token_rows, vocab_size
+from .cache import RowStaticCache, causal_row_mask
+from .drafters import Drafter
+from .sampling import Sampler, sample, speculative_accept
 
 warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
 
@@ -388,12 +387,26 @@ class SpeculativeEngine:
     def _capture_all(self, st: _BatchState):
         """Capture the plain step and one verify graph per k, before any prefill (warm-up writes the
         cache at position 0, which the prefill then overwrites)."""
+        steps = self._graph_steps(st)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _, fn in steps:
+                for _ in range(2):   # compile, load kernels
+                    st.cache.pos.zero_()
+                    st.chunk_idx.zero_()
+                    fn()
+        torch.cuda.current_stream().wait_stream(side)
+        for key, fn in steps:
+            st.cache.pos.zero_()
+            st.chunk_idx.zero_()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+            st.graphs[key] = g
         def reset():
             st.cache.pos.zero_()
             st.chunk_idx.zero_()
-
-        for key, fn in self._graph_steps(st):   # two warm-up runs each: compile, load kernels
-            st.graphs[key], _ = graphs.capture(fn, reset=reset)
 
         # the verify-cost curve of this model and batch, for adaptive k
         times = {max(key, 1): _median_replay_ms(g, reset) for key, g in st.graphs.items()}
@@ -450,9 +463,20 @@ class SpeculativeEngine:
         st.round_drafter = self.drafter
 
     def _capture_rounds(self, st: _BatchState, ks):
-        for k in ks:   # two warm-up runs each: compile, load kernels
-            st.round_graphs[k], _ = graphs.capture(lambda k=k: self._round(st, k),
-                                                   reset=lambda: self._reset_rounds(st))
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for k in ks:
+                for _ in range(2):   # compile, load kernels
+                    self._reset_rounds(st)
+                    self._round(st, k)
+        torch.cuda.current_stream().wait_stream(side)
+        for k in ks:
+            self._reset_rounds(st)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                self._round(st, k)
+            st.round_graphs[k] = g
         for k in ks:   # the rounds' own costs, for adaptive k
             st.round_ms[k] = _median_replay_ms(st.round_graphs[k], lambda: self._reset_rounds(st))
         self._reset_rounds(st)
@@ -470,20 +494,31 @@ class SpeculativeEngine:
     def _capture_prefill(self, st: _BatchState, T: int) -> None:
         """Capture the prefill graph of bucket ``T`` (the warm-up writes cache slots 0..T-1, which the prefill
         then overwrites); on failure prefill eagerly from now on and say why in ``prefill_graph_error``."""
-        st.pf_ids[T] = torch.zeros(st.B, T, dtype=torch.long, device=self.device)
-        if st.pf_last is None:
-            st.pf_last = torch.zeros(st.B, dtype=torch.long, device=self.device)
-        st.pf_last.zero_()
-        if self._prefill_pool is None:
-            self._prefill_pool = torch.cuda.graph_pool_handle()
-        # two warm-up runs: load kernels, let cuBLAS pick its algorithms
-        g, why = graphs.try_capture(lambda: self._prefill_step(st, T), what="SpeculativeEngine: prefill",
-                                    reset=st.cache.pos.zero_, pool=self._prefill_pool)
-        if g is not None:
+        try:
+            st.pf_ids[T] = torch.zeros(st.B, T, dtype=torch.long, device=self.device)
+            if st.pf_last is None:
+                st.pf_last = torch.zeros(st.B, dtype=torch.long, device=self.device)
+            st.pf_last.zero_()
+            if self._prefill_pool is None:
+                self._prefill_pool = torch.cuda.graph_pool_handle()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(2):   # load kernels, let cuBLAS pick its algorithms
+                    st.cache.pos.zero_()
+                    self._prefill_step(st, T)
+            torch.cuda.current_stream().wait_stream(side)
+            st.cache.pos.zero_()
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g, pool=self._prefill_pool):
+                self._prefill_step(st, T)
             st.prefill_graphs[T] = g
-        else:   # capture-unsafe model code: prefill eagerly from now on
-            self.prefill_graph_error = why
+        except Exception as e:  # capture-unsafe model code: prefill eagerly and say so
+            self.prefill_graph_error = f"{type(e).__name__}: {e}"
             st.pf_ids.pop(T, None)
+            torch.cuda.synchronize()
+            warnings.warn(f"SpeculativeEngine: prefill graph capture failed, prefilling eagerly "
+                          f"({self.prefill_graph_error})", RuntimeWarning)
 
     def _prefill(self, st: _BatchState, rows: list[list[int]]) -> tuple[torch.Tensor, bool]:
         """Right-padded rows at cache positions ``0 .. T-1`` (pads are masked later and overwritten); returns

@@ -25,10 +25,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from t4lib.quant.model import default_policy, resolve_policy
-from t4lib.quant.quantize import quantize_rtn
-from t4lib.decoding.tokens import check_ids_tensor, vocab_size
-from t4lib.train.importance import token_kl
+from ..quant.model import default_policy, resolve_policy
+from ..quant.quantize import quantize_rtn
+from ..tokens import check_ids_tensor, vocab_size
 
 PRECISIONS = ("fp16", "w4a16")
 PHASES = ("prefill", "decode")
@@ -101,6 +100,8 @@ def layer_sensitivity(model: nn.Module, calib: torch.Tensor, modules: list[str] 
     """KL(p_model || p_model with one Linear RTN-quantized), per token, for each module in ``modules``
     (default: those the W4A16 default policy quantizes). ``calib``: ``[B, T]`` input_ids; ``mask``:
     ``[B, T]`` positions to average over (default all). The weight is swapped in place and restored."""
+    from .importance import token_kl
+
     if not isinstance(calib, torch.Tensor) or calib.dim() != 2 or calib.dtype not in (torch.int32, torch.int64):
         raise ValueError(f"calib must be a [B, T] integer tensor of input_ids, got "
                          f"{getattr(calib, 'shape', type(calib).__name__)}")

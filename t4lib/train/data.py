@@ -18,9 +18,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from t4lib.models import schema
-from t4lib.models.answers import Unparseable
-from t4lib.models import corpus
+from ..models import schema
+from ..models.answers import Unparseable
 
 #: columns an SFT data set must have (TRL's prompt/completion format)
 REQUIRED_COLUMNS = ("prompt", "completion")
@@ -72,6 +71,8 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
     """
     from datasets import Dataset
 
+    from ..models import corpus
+
     _check_on_error(on_error)
     if not isinstance(max_length, int) or max_length < 8:
         raise ValueError(f"max_length must be an int >= 8, got {max_length!r}")
@@ -119,6 +120,8 @@ def replay_dataset(n: int, seed: int = 0):
     import random
 
     from datasets import Dataset
+
+    from ..models import corpus
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")

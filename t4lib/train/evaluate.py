@@ -31,11 +31,9 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from t4lib.models import schema
-from t4lib.models.answers import rational_or_none
-from t4lib.train.data import chat_prompt, parse_completion, strip_turn_end
-from t4lib.models import corpus
-from t4lib.serving import StaticEngine
+from ..models import schema
+from ..models.answers import rational_or_none
+from .data import chat_prompt, parse_completion, strip_turn_end
 
 FORMATS = ("tags", "plain")
 
@@ -45,6 +43,8 @@ FORMATS = ("tags", "plain")
 def load_eval_records(source: str, *, split: str = "test", n: int | None = None,
                       max_steps: int | None = None, min_steps: int | None = None) -> list[dict]:
     """Evaluation records ``{id, question, answer, structure, n_steps}`` (see module docstring)."""
+    from ..models import corpus
+
     if not isinstance(source, str) or not source:
         raise ValueError(f"source must be a non-empty string, got {source!r}")
     if source == "math_heldout":
@@ -67,6 +67,8 @@ def load_eval_records(source: str, *, split: str = "test", n: int | None = None,
 
 
 def _external_records(source: str, split: str) -> list[dict]:
+    from ..models import corpus
+
     p = Path(source)
     if p.suffix == ".jsonl":
         if not p.is_file():
@@ -193,6 +195,8 @@ def unwrap(model):
 def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch_size: int = 64,
              progress: bool = True, use_graph: bool | None = None) -> list[str]:
     """Greedy completions (text up to the turn end) of ``prompts`` through StaticEngine."""
+    from ..serving import StaticEngine
+
     if not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     model = unwrap(model)

@@ -38,9 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from t4lib.ops import fused_adamw as ops
-from t4lib.core import results
-from t4lib.models import load
+from ..ops import fused_adamw as ops
 
 __all__ = ["FusedAdamWLinear", "replace_linears", "restore_linears"]
 
@@ -262,6 +260,8 @@ def compare_step_time(model_id: str = "tiny-gpu", *, batch: int = 16, seq: int =
       ``torch.optim.AdamW(fused=True)``.
 
     Returns ``{"torch_amp_s", "fused_s", "speedup", "tokens", "replaced", "loss_*"}``."""
+    from ..models import load
+
     ids = torch.randint(0, 1000, (batch, seq), generator=torch.Generator().manual_seed(0)).to(device)
     hp = dict(lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
     out = {"tokens": batch * seq}
@@ -286,6 +286,8 @@ def compare_step_time(model_id: str = "tiny-gpu", *, batch: int = 16, seq: int =
 def write_step_time(out_dir, model_id: str = "tiny-gpu", **kw):
     """Run :func:`compare_step_time` on the GPU and write ``fused_adamw_step.json`` under ``out_dir``."""
     from pathlib import Path
+
+    from .. import results
 
     r = compare_step_time(model_id, **kw)
     env = results.environment()

@@ -42,18 +42,13 @@ from collections import defaultdict
 
 import torch
 
-from t4lib.core import results
-from t4lib.models import corpus, schema
-from t4lib.train import data, rewards as R
-from t4lib.train.evaluate import wilson
-from t4lib.train.cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
-from t4lib.train.importance import importance_weights, mismatch_metrics
-from t4lib.train.rollout import RolloutModel, sample_groups
-from t4lib import models
-from t4lib.models.tiny import _generate, load_tokenizer
-from t4lib.serving import StaticEngine
-from t4lib.train.evaluate import generate
-from t4lib.train.rollout import drift_table, qwen15_shape_model, rollout_speed
+from .. import results
+from ..models import corpus, schema
+from . import data, rewards as R
+from .evaluate import wilson
+from .cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
+from .importance import importance_weights, mismatch_metrics
+from .rollout import RolloutModel, sample_groups
 
 ARMS = {  # arm -> (rollout precision, importance correction)
     "fp16": ("fp16", True),
@@ -131,6 +126,9 @@ def greedy_answers(model, tokenizer, prompts: list[str], max_new_tokens: int = 4
     :class:`t4lib.serving.StaticEngine` (:func:`t4lib.train.evaluate.generate`: prompts grouped by length,
     CUDA-graph steps), or Hugging Face ``generate`` (left-padded batches); None: the engine on a GPU, Hugging
     Face on a CPU (there the engine has no graphs to gain from). Both decode the same greedy tokens."""
+    from ..models.tiny import _generate
+    from .evaluate import generate
+
     if engine is not None and not isinstance(engine, bool):
         raise TypeError(f"engine must be a bool or None, got {type(engine).__name__}")
     dev = next(model.parameters()).device
@@ -304,6 +302,8 @@ def make_trainer_class():
 
         # -- rollouts
         def _engine(self):
+            from ..serving import StaticEngine
+
             policy = self.accelerator.unwrap_model(self.model)
             if self.rollout_model is None:
                 cuda = self.accelerator.device.type == "cuda"
@@ -434,6 +434,8 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
     from transformers import set_seed
     from trl import GRPOConfig
 
+    from .. import models
+
     check_run_args(arm=arm, steps=steps, num_generations=num_generations, prompts_per_step=prompts_per_step,
                    max_completion_length=max_completion_length, learning_rate=learning_rate,
                    temperature=temperature, n_math=n_math, n_math_eval=n_math_eval, honesty=honesty)
@@ -494,6 +496,9 @@ def step_time_bench(steps: int = 3, completions: int = 64, num_generations: int 
     from datasets import Dataset
     from peft import LoraConfig, get_peft_model
     from trl import GRPOConfig, GRPOTrainer
+
+    from ..models.tiny import load_tokenizer
+    from .rollout import qwen15_shape_model
 
     tok = load_tokenizer()
     prompt = schema.math_prompt("Sam had 47 cups and then found 29 more. How many cups does Sam have now?")
@@ -578,6 +583,8 @@ def base_on_honesty_sets(model_id: str = "tiny-gpu", out=None, device: str | Non
     (``honesty_train.jsonl``), the RL split and the quarantined evaluation. Where it already abstains on every
     trap and solves every twin, GRPO's groups there all earn one reward and carry no advantage. Writes
     results figures to ``out`` when given."""
+    from .. import models
+
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, tok = models.load(model_id, dtype=torch.float32, device=device)
     res = {name: evaluate_honesty(model, tok, 0, honesty=name) for name in READABLE_HONESTY_SETS}
@@ -596,9 +603,9 @@ class NothingSucceeded(RuntimeError):
 
 def write_results(path, recs: list[dict], speed: dict | None = None, step: dict | None = None,
                   drift: dict | None = None, model_id: str = "tiny-gpu", errors: list[str] | None = None) -> None:
-    """Figures (t4lib.core.results) for the arms, the rollout speed and the step time; curves and records
+    """Figures (t4lib.results) for the arms, the rollout speed and the step time; curves and records
     beside them in the same file. ``errors`` (what failed) keeps the figures of the existing file that this
-    call does not re-measure, marked carried over (:func:`t4lib.core.results.write`)."""
+    call does not re-measure, marked carried over (:func:`t4lib.results.write`)."""
     src = "t4lib.train.grpo"
     env = results.environment()
     figs = []
@@ -635,7 +642,7 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
             logs: str = "/tmp/t4lib_grpo_logs", lr: float = 2e-5, benches=("drift", "speed", "step"),
             step_steps: int = 3, honesty=("honesty_rl.jsonl",)) -> dict:
     """Every arm x seed as parallel processes on one GPU, then (alone on the GPU) the drift table, the rollout
-    speed and the step-time comparison; writes ``out`` (t4lib.core.results) and returns its summary."""
+    speed and the step-time comparison; writes ``out`` (t4lib.results) and returns its summary."""
     import os
     import subprocess
     from pathlib import Path
@@ -669,6 +676,9 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
 
     if benches:
         import traceback
+
+        from .. import models
+        from .rollout import drift_table, qwen15_shape_model, rollout_speed
 
         def attempt(name, fn):
             t0 = time.perf_counter()

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 
-from t4lib.models import schema
+from ..models import schema
 
 REWARDS = {"correct": 1.0, "abstain_correct": 1.0, "answered_trap": -1.0, "false_abstain": -0.5,
            "wrong": 0.0, "unparsed": -0.25}

@@ -25,16 +25,9 @@ import time
 import torch
 from torch import nn
 
-from t4lib.models.shapes import QWEN25_15B
-from t4lib.quant.linear import QuantLinear
-from t4lib.quant.w4a16 import quantize_rtn
-from t4lib.train.cp_hybrid import CPHybridPolicy
-from t4lib.models import corpus, schema
-from t4lib.models.tiny import eval_math
-from t4lib.quant.w4a16 import rtn_codes
-from t4lib.serving import StaticEngine
-from t4lib.serving.engine import linear_weight_bytes
-from t4lib.train.importance import token_kl
+from ..quant.linear import QuantLinear
+from ..quant.w4a16 import quantize_rtn
+from .cp_hybrid import CPHybridPolicy
 
 
 class PhaseLinear(nn.Module):
@@ -195,6 +188,8 @@ def _fill(mod: nn.Module, w: torch.Tensor, b: torch.Tensor | None) -> None:
 
 def rtn_dequantized(w: torch.Tensor, group_size: int) -> torch.Tensor:
     """``quantize_rtn(w, group_size).dequantize()`` without packing the nibbles: ``fp16(q * s)``."""
+    from ..quant.w4a16 import rtn_codes
+
     N, K = w.shape
     q, s = rtn_codes(w, group_size)
     return (q.float().reshape(N, K // group_size, group_size) * s.float()[..., None]).to(torch.float16).reshape(N, K)
@@ -246,9 +241,11 @@ def sample_groups(engine, prompt_ids: list[list[int]], num_generations: int, max
 # ----------------------------------------------------------------------------- measurements
 
 def qwen15_shape_model(device="cuda", dtype=torch.float16, num_hidden_layers: int = 28):
-    """A Qwen2.5-1.5B-shaped Qwen2 model (:data:`t4lib.models.shapes.QWEN25_15B`) with random
+    """A Qwen2.5-1.5B-shaped Qwen2 model (:data:`t4lib.train.lora_bench.QWEN25_15B`) with random
     weights (no hub needed)."""
     from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from .lora_bench import QWEN25_15B
 
     cfg = Qwen2Config(**dict(QWEN25_15B, num_hidden_layers=num_hidden_layers, eos_token_id=151643,
                              pad_token_id=151643, bos_token_id=151643))
@@ -264,6 +261,8 @@ def rollout_speed(model, prompt_len: int = 64, group: int = 8, new_tokens: int =
     ``new_tokens`` tokens, end to end (prefill included): :class:`StaticEngine` recording each token's
     log-probability (as rollouts do) vs Hugging Face ``generate``, same model, same process.
     Median over ``repeats`` after one warm-up call each."""
+    from ..serving import StaticEngine
+
     dev = next(model.parameters()).device
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, min(1000, model.config.vocab_size), (1, prompt_len), generator=g).repeat(group, 1)
@@ -302,6 +301,11 @@ def drift_table(model, tokenizer, precisions: dict, n_docs: int = 64, n_math: in
     and top-1 agreement on held-out text (the policy's own reference completions of ``math_heldout``,
     teacher-forced; when the two phases differ, one token at a time, i.e. in the decode precision), greedy
     held-out accuracy, Linear weight bytes, and sampled rollout tokens/s (groups of ``group``)."""
+    from ..models import corpus, schema
+    from ..serving import StaticEngine
+    from ..serving.engine import linear_weight_bytes
+    from .importance import token_kl
+
     dev = next(model.parameters()).device
     recs = corpus.load_jsonl("math_heldout.jsonl")
     docs = [schema.math_prompt(r["question"]) + schema.math_completion(r["steps"], r["answer"]) for r in recs[:n_docs]]
@@ -324,6 +328,7 @@ def drift_table(model, tokenizer, precisions: dict, n_docs: int = 64, n_math: in
         sample_groups(eng, [prompts[0]] * group, group, new_tokens, 1.0, None)  # warm-up (graph capture)
         _, _, st = sample_groups(eng, [p for p in prompts for _ in range(group)], group, new_tokens, 1.0, None)
         row["rollout_tokens_per_s"] = st["tokens"] / st["seconds"]
+        from ..models.tiny import eval_math
         row["math_heldout_accuracy"] = eval_math(rm.model, tokenizer, n_math, 4, 64, dev)["math_exact_match"]
         row["math_n"] = n_math
         rows[name] = row

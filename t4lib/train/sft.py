@@ -20,14 +20,7 @@ import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from t4lib.core import results
-from t4lib.core.build import cache_dir
-from t4lib.models import corpus, load
-from t4lib.quant import quantize_model
-from t4lib.quant.linear import QuantLinear
-from t4lib.train import evaluate as ev
-from t4lib.train.data import check_prompt_completion, replay_dataset, traces_dataset
-from t4lib.train.fused_adamw import FusedAdamWLinear, replace_linears, restore_linears
+from .. import results
 
 # PEFT warns on every layer type it does not know, even when a custom module is registered for it.
 warnings.filterwarnings("ignore", message=r"Unsupported layer type .*QuantLinear")
@@ -59,10 +52,13 @@ def load_base(model_id: str, base: str = "fp16", device=None):
     or CPU."""
     import torch
 
+    from ..models import load
+
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
     model, tok = load(model_id, dtype=torch.float32 if base == "fp32" else torch.float16, device=device)
     if base == "w4a16":
+        from ..quant import quantize_model
         quantize_model(model)
     return model, tok
 
@@ -75,6 +71,8 @@ def lora_config(model, *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
     from peft import LoraConfig
     from peft.tuners.lora.layer import Linear as LoraLinear
     from torch import nn
+
+    from ..quant.linear import QuantLinear
 
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"r must be a positive int, got {r!r}")
@@ -112,7 +110,7 @@ class SFTSettings:
     # Static loss scale (a power of two): fp16 autocast without the Trainer's GradScaler and without clipping,
     # the loss times loss_scale before backward, AdamW's eps times loss_scale (adam_eps). None: FUSED_LOSS_SCALE
     # with fused_linear; with adamw, the Trainer's own fp16 (GradScaler, clipping). adamw with 1 runs the fused
-    # path's conditions without the fused layers (the SFT fused-optimizer lab).
+    # path's conditions without the fused layers (tools/sft_fused_optimizer_lab.sh).
     loss_scale: float | None = None
     extra: dict = field(default_factory=dict)   # more SFTConfig keyword arguments
 
@@ -231,12 +229,14 @@ class SFTResult:
 def prepare(model, s: SFTSettings, tokenizer=None):
     """Wrap ``model`` for ``s.method``: a PEFT LoRA model, or the model itself (all parameters trainable)."""
     if s.method == "full":
+        from ..quant.linear import QuantLinear
         if any(isinstance(m, QuantLinear) for m in model.modules()):
             raise ValueError("method='full' needs an fp16/fp32 model: a W4A16 base has no trainable weights "
                              "(use method='lora')")
         for p in model.parameters():
             p.requires_grad_(True)
         if s.optimizer == "fused_linear":
+            from .fused_adamw import replace_linears
             replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay, eps=adam_eps(s),
                             betas=adam_betas(s))
         return model
@@ -247,6 +247,8 @@ def prepare(model, s: SFTSettings, tokenizer=None):
 def make_trainer(model, tokenizer, dataset, s: SFTSettings, output_dir: str):
     """An ``SFTTrainer`` for ``model`` (already :func:`prepare`-d) on a prompt/completion data set."""
     from trl import SFTTrainer
+
+    from .data import check_prompt_completion
 
     check_prompt_completion(dataset)
     import torch
@@ -329,6 +331,8 @@ def _fused_layers_follow_schedule():
     import torch
     from transformers import TrainerCallback
 
+    from .fused_adamw import FusedAdamWLinear
+
     class FusedLayersFollowSchedule(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, lr_scheduler=None, **kw):
             lr = max(float(lr_scheduler.get_last_lr()[0]), float(torch.finfo(torch.float32).tiny))
@@ -369,6 +373,7 @@ def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResu
     # training runs in the model's own dtype, as the static cache it allocates expects.
     model = trainer.accelerator.unwrap_model(trainer.model, keep_fp32_wrapper=False)
     if fused:  # back to nn.Linear (the fp32 master weights) for evaluation, generation and saving
+        from .fused_adamw import restore_linears
         restore_linears(model)
     model.eval()
     return SFTResult(model=model, trainer=trainer, losses=losses, train_seconds=dt, trainable_params=n_train,
@@ -392,6 +397,7 @@ def checkpoint_dir(model_id: str) -> Path:
     """Where a fine-tuned copy of ``model_id`` is saved for the notebooks after it (the GRPO notebook
     starts from it): the user cache beside the kernel libraries, not ``data/models``, whose committed
     checkpoints have a size budget."""
+    from .._build import cache_dir
     return cache_dir() / "models" / f"{Path(str(model_id)).name}-sft"
 
 
@@ -421,6 +427,8 @@ def evaluate_sets(model, tok, sets=tuple(EVAL_SETS), fmt="tags", n=None, batch_s
     """``{set: summary}`` of :func:`t4lib.train.evaluate.evaluate_model` on named evaluation sets.
     ``keep_rows``: each summary also keeps every scored row (``rows``: id, structure, steps, output, verdicts),
     for reading the failures of one structure."""
+    from . import evaluate as ev
+
     out = {}
     for name in sets:
         if name not in EVAL_SETS:
@@ -451,6 +459,8 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
     ``keep_rows``: the after-SFT evaluation keeps every output (:func:`evaluate_sets`)."""
     import torch
 
+    from .data import traces_dataset
+
     s = settings or SFTSettings()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if s.method == "full" and base != "fp32":
@@ -467,6 +477,7 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
     if replay:
         from datasets import concatenate_datasets
 
+        from .data import replay_dataset
         ds = concatenate_datasets([ds.select_columns(["prompt", "completion"]), replay_dataset(replay, s.seed)])
         rec["data"]["replay"] = replay
     res = train(model, tok, ds, s, output_dir)
@@ -474,6 +485,7 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
                trainable_params=res.trainable_params)
     rec["after"] = evaluate_sets(res.model, tok, eval_sets, "tags", n=eval_n, progress=progress, keep_rows=keep_rows)
     if save_to:
+        from ..quant.linear import QuantLinear
         m = res.model
         if base == "w4a16" or any(isinstance(x, QuantLinear) for x in m.modules()):
             m.save_pretrained(save_to)          # the adapter; the base is tiny-gpu quantized by load_base
@@ -557,6 +569,7 @@ def main(argv=None):
                                                        for fmt in ("plain", "tags")})
         results.write_json(a.out, rec, default=str)
         return 0
+    from ..models import corpus
     rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
               eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay,
               train_records=corpus.load_jsonl(a.traces), keep_rows=a.keep_outputs)
@@ -571,6 +584,8 @@ def main(argv=None):
 
 def _check_args(ap, a) -> None:
     """Every argument that a run would reject late, checked before a model is loaded (``ap.error`` names it)."""
+    from ..models import corpus
+
     if not (math.isfinite(a.epochs) and a.epochs > 0):
         ap.error(f"--epochs must be a finite number > 0, got {a.epochs:g}")
     if not (math.isfinite(a.lr) and a.lr > 0):

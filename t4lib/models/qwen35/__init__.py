@@ -12,12 +12,11 @@
 - :mod:`.copy_model`: a small qwen35 with its NextN block trained on the copy tasks; :mod:`.mtp_bench`: what
   MTP drafts accept and buy
 """
-from t4lib.models.qwen35.deltanet import DeltaNetDims, DeltaNetLayer, GGUFLinear
-from t4lib.models.qwen35.engine import GenerateResult, Qwen35Engine, cache_bytes_per_layer, sample
-from t4lib.models.qwen35.model import Qwen35Config, Qwen35Model
-from t4lib.models.qwen35.model import MTPHead
-from t4lib.models.qwen35.mtp import MTPDrafter
-from t4lib.models.qwen35.split import StagePlan, plan_stages
+from .deltanet import DeltaNetDims, DeltaNetLayer, GGUFLinear
+from .engine import GenerateResult, Qwen35Engine, cache_bytes_per_layer, sample
+from .model import Qwen35Config, Qwen35Model
+from .mtp import MTPDrafter, MTPHead
+from .split import StagePlan, plan_stages
 
 __all__ = ["DeltaNetDims", "DeltaNetLayer", "GGUFLinear", "Qwen35Config", "Qwen35Model", "Qwen35Engine",
            "GenerateResult", "cache_bytes_per_layer", "sample", "StagePlan", "plan_stages", "MTPHead", "MTPDrafter"]

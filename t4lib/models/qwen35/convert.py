@@ -29,9 +29,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from t4lib.ops.gguf import FORMATS, TYPE_OF, gguf_dequant
-from t4lib.ops.gguf import reference as gguf_ref
-from t4lib.quant.gguf import GGUFFile
+from ...ops.gguf import FORMATS, TYPE_OF, gguf_dequant
+from ...ops.gguf import reference as gguf_ref
+from ...quant.gguf import GGUFFile
 
 __all__ = ["hf_to_gguf", "hf_to_gguf_tensors", "gguf_to_hf_state_dict", "random_blocks_for", "kind_of",
            "reorder_v_heads"]

@@ -40,14 +40,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
-from t4lib.core import results
-from t4lib.models import corpus, schema
-from t4lib.models.tiny import (
-    _batches, _lr_at, _token_stream, _versions, copy_sequences, load_tokenizer, plot_loss,
-)
-from t4lib.models.qwen35.convert import hf_to_gguf
-from t4lib.models.qwen35.mtp_reference import Qwen35MTP
-from t4lib.quant.gguf import GGUFFile
+from ... import results
+from .. import corpus, schema
+from ..tiny import _batches, _lr_at, _token_stream, _versions, copy_sequences, load_tokenizer, plot_loss
 
 __all__ = ["copy_config", "build", "train", "evaluate", "q8_round", "checkpoint_dir", "DIMS", "GGUF_TYPES",
            "MTP_WEIGHT", "PROMPT_WEIGHT", "STEPS", "LR"]
@@ -100,6 +95,8 @@ def build(cfg, seed: int = 0):
     main model (normal 0.02 matrices, zero-centred norms at 0)."""
     import torch
     from transformers import Qwen3_5ForCausalLM
+
+    from .mtp_reference import Qwen35MTP
 
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(cfg)
@@ -183,6 +180,9 @@ def evaluate(model, mtp, tokenizer, n: int = 300, batch_size: int = 32, progress
 def _write_gguf(model, mtp, cfg, path: Path) -> None:
     """``model.gguf`` from the main and ``mtp.*`` tensors; a file without the NextN block is refused, since
     measuring its drafts is what the model is for."""
+    from ...quant.gguf import GGUFFile
+    from .convert import hf_to_gguf
+
     hf_to_gguf({**model.state_dict(), **mtp.state_dict_with_prefix()}, cfg, path, types=GGUF_TYPES)
     f = GGUFFile(path)
     if not (int(f.key("nextn_predict_layers", 0) or 0) > 0 and any(".nextn." in n for n in f.tensors)):

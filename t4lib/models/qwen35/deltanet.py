@@ -12,9 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from t4lib.ops.deltanet import gated_deltanet_decode
-from t4lib.ops.gguf import FORMATS, gguf_gemv, reference as gguf_ref, type_id
-from t4lib.ops.deltanet.reference import random_layer
+from ...ops.deltanet import gated_deltanet_decode
+from ...ops.gguf import FORMATS, gguf_gemv, reference as gguf_ref, type_id
 
 
 @dataclass(frozen=True)
@@ -84,6 +83,8 @@ class DeltaNetLayer:
     def random(cls, dims: DeltaNetDims = DeltaNetDims(), formats=("Q4_K", "Q4_K", "Q6_K"), seed: int = 0,
                device="cuda") -> "DeltaNetLayer":
         """Random valid GGUF weights at ``dims`` (attn_qkv, attn_gate, ssm_out formats)."""
+        from ...ops.deltanet.reference import random_layer
+
         def lin(fmt, N, K, s):
             t = type_id(fmt)
             raw = gguf_ref.random_blocks(t, N * K // FORMATS[t][1], seed=s, scale=0.002).reshape(-1)

@@ -38,15 +38,10 @@ from pathlib import Path
 
 import torch
 
-from t4lib.core import graphs
-from t4lib.decoding.sampling import scaled_logits
-from t4lib.quant.gguf import GGUFFile
-from t4lib.ops.gguf import MAX_M as GEMV_MAX_M
-from t4lib.models.qwen35.model import (
-    COMPUTE_DTYPES, EAGER, Qwen35Config, Qwen35Model, StepFunctions, layer_bytes, nextn_bytes,
-)
-from t4lib.models.qwen35.mtp import MTPDrafter
-from t4lib.models.qwen35.split import StagePlan, device_capacities, plan_stages
+from ...quant.gguf import GGUFFile
+from ...ops.gguf import MAX_M as GEMV_MAX_M
+from .model import COMPUTE_DTYPES, EAGER, Qwen35Config, Qwen35Model, StepFunctions, layer_bytes, nextn_bytes
+from .split import StagePlan, device_capacities, plan_stages
 
 __all__ = ["Qwen35Engine", "GenerateResult", "cache_bytes_per_layer", "sample"]
 
@@ -82,7 +77,10 @@ def cache_bytes_per_layer(cfg: Qwen35Config, max_len: int, dtype: torch.dtype = 
 def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
            generator: torch.Generator | None = None) -> torch.Tensor:
     """One token id [1] (long) drawn from logits [1, vocab] (temperature, then top-k, then top-p)."""
-    scores = scaled_logits(logits, temperature, top_k)
+    scores = logits.float() / temperature
+    if top_k:
+        kth = torch.topk(scores, min(top_k, scores.shape[-1]), dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
     if top_p < 1.0:
         sorted_s, idx = torch.sort(scores, descending=True, dim=-1)
         p = torch.softmax(sorted_s, dim=-1)
@@ -239,9 +237,25 @@ class Qwen35Engine:
             self._capture()
         self._ready = True
 
+    @staticmethod
+    def _graph_of(fn, dev) -> torch.cuda.CUDAGraph:
+        """``fn`` captured into a CUDA graph on ``dev`` after two warm-up runs (they build kernels, pack
+        layouts and allocate workspaces)."""
+        with torch.cuda.device(dev):
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    fn()
+            torch.cuda.current_stream(dev).wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                fn()
+        return g
+
     def _capture(self) -> None:
-        try:   # two warm-up runs per stage build kernels, pack layouts and allocate workspaces
-            self.graphs = [graphs.capture(lambda s=s: self._run_stage(s), device=dev)[0]
+        try:
+            self.graphs = [self._graph_of(lambda s=s: self._run_stage(s), dev)
                            for s, (dev, _) in enumerate(self.stages)]
         except Exception as e:  # capture is an optimisation: fall back to the same step, eager
             self.graphs, self.use_graphs = None, False
@@ -363,6 +377,8 @@ class Qwen35Engine:
         return out
 
     def _generate_mtp(self, prompt: list[int], max_new_tokens: int, gamma: int) -> GenerateResult:
+        from .mtp import MTPDrafter
+
         R = gamma + 1
         rb = self._mtp_setup(R)
         drafter = MTPDrafter(self)

@@ -33,11 +33,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from t4lib.ops.deltanet import gated_deltanet_decode
-from t4lib.ops.gguf import FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv
-from t4lib.ops.gguf import MAX_M as GEMV_MAX_M
-from t4lib.ops.gguf import packing
-from t4lib.quant.gguf import GGUFError, GGUFFile
+from ...ops.deltanet import gated_deltanet_decode
+from ...ops.gguf import FORMATS, gguf_dequant, gguf_gemv, gguf_gemv_packed, pack_for_gemv
+from ...ops.gguf import MAX_M as GEMV_MAX_M
+from ...ops.gguf import packing
+from ...quant.gguf import GGUFError, GGUFFile
 
 __all__ = ["Qwen35Config", "Qwen35Model", "Linear", "Embedding", "AttentionMixer", "DeltaNetMixer", "Block",
            "FLOAT_TYPES", "COMPUTE_DTYPES"]
@@ -565,6 +565,7 @@ class Qwen35Model:
         head = lin(head_name, last, (c.vocab, c.hidden))
         head_block = None
         if with_mtp:
+            from .mtp import MTPHead
             p = f"blk.{c.n_layers}."
             head_block = MTPHead(c, lin(p + "nextn.eh_proj.weight", last, (c.hidden, 2 * c.hidden)),
                                  vec(p + "nextn.enorm.weight", last, (c.hidden,)),
@@ -588,40 +589,3 @@ class Qwen35Model:
     def bytes_per_token(self) -> int:
         """Weight bytes read per decoded token: every layer and the head, plus one embedding row."""
         return self.weight_bytes() + self.embed.nbytes // self.cfg.vocab
-
-
-class MTPHead:
-    """The NextN block's weights and its KV cache: multi-token prediction (see :mod:`t4lib.models.qwen35.mtp`)."""
-
-    def __init__(self, cfg: Qwen35Config, eh_proj: Linear, enorm, hnorm, block: Block, shared_head_norm):
-        self.cfg, self.eh_proj, self.enorm, self.hnorm = cfg, eh_proj, enorm, hnorm
-        self.block, self.shared_head_norm = block, shared_head_norm
-
-    def linears(self):
-        return [self.eh_proj] + self.block.linears()
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the block's own weights (the embedding row and the head it shares are not counted)."""
-        small = [self.enorm, self.hnorm, self.shared_head_norm, self.block.attn_norm, self.block.post_norm,
-                 self.block.mixer.q_norm, self.block.mixer.k_norm]
-        return sum(lin.nbytes for lin in self.linears()) + sum(t.numel() * t.element_size() for t in small)
-
-    def allocate(self, max_len: int, dtype: torch.dtype, device) -> None:
-        self.block.mixer.allocate(1, max_len, dtype, device)
-
-    def reset(self) -> None:
-        self.block.mixer.reset()
-
-    def __call__(self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, embed, head: Linear,
-                 dtype: torch.dtype, fns: StepFunctions | None = None):
-        """tokens [R] long (token t + 1 of each row), hidden [R, H] (the main model's normed hidden state at t,
-        compute dtype), pos [R] long (t) -> (logits [R, vocab] fp32, out [R, H] in ``dtype``: the next
-        draft step's hidden state)."""
-        fns = fns or EAGER
-        eps = self.cfg.eps
-        x = torch.cat([fns.norm(embed(tokens), self.enorm, eps, dtype), fns.norm(hidden, self.hnorm, eps, dtype)],
-                      dim=-1)
-        h = self.block(self.eh_proj(x).float(), pos, dtype, fns)   # the residual stream is fp32, as in the model
-        out = fns.norm(h, self.shared_head_norm, eps, dtype)
-        return head(out).float(), out

@@ -10,15 +10,55 @@ token ``t + 1``::
 
 ``argmax(logits)`` is a draft of token ``t + 2``; feeding ``out`` back as the hidden state drafts the
 next one. The transformers-layer version of the same block is :class:`.mtp_reference.Qwen35MTP` (the
-oracle); the block itself is :class:`t4lib.models.qwen35.model.MTPHead`. :meth:`Qwen35Engine.generate(..., mtp=gamma) <t4lib.models.qwen35.engine.Qwen35Engine.generate>`
+oracle). :meth:`Qwen35Engine.generate(..., mtp=gamma) <t4lib.models.qwen35.engine.Qwen35Engine.generate>`
 verifies the drafts; :class:`MTPDrafter` is the engine's drafter behind
 :class:`t4lib.speculative.drafters.Drafter`'s interface.
 """
 from __future__ import annotations
 
-from t4lib.decoding.drafter import Drafter
+import torch
 
-__all__ = ["MTPDrafter"]
+from ...speculative.drafters import Drafter
+from .model import EAGER, Block, Linear, Qwen35Config, StepFunctions
+
+__all__ = ["MTPHead", "MTPDrafter"]
+
+
+class MTPHead:
+    """The NextN block's weights and its KV cache (see the module docstring)."""
+
+    def __init__(self, cfg: Qwen35Config, eh_proj: Linear, enorm, hnorm, block: Block, shared_head_norm):
+        self.cfg, self.eh_proj, self.enorm, self.hnorm = cfg, eh_proj, enorm, hnorm
+        self.block, self.shared_head_norm = block, shared_head_norm
+
+    def linears(self):
+        return [self.eh_proj] + self.block.linears()
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the block's own weights (the embedding row and the head it shares are not counted)."""
+        small = [self.enorm, self.hnorm, self.shared_head_norm, self.block.attn_norm, self.block.post_norm,
+                 self.block.mixer.q_norm, self.block.mixer.k_norm]
+        return sum(lin.nbytes for lin in self.linears()) + sum(t.numel() * t.element_size() for t in small)
+
+    def allocate(self, max_len: int, dtype: torch.dtype, device) -> None:
+        self.block.mixer.allocate(1, max_len, dtype, device)
+
+    def reset(self) -> None:
+        self.block.mixer.reset()
+
+    def __call__(self, tokens: torch.Tensor, hidden: torch.Tensor, pos: torch.Tensor, embed, head: Linear,
+                 dtype: torch.dtype, fns: StepFunctions | None = None):
+        """tokens [R] long (token t + 1 of each row), hidden [R, H] (the main model's normed hidden state at t,
+        compute dtype), pos [R] long (t) -> (logits [R, vocab] fp32, out [R, H] in ``dtype``: the next
+        draft step's hidden state)."""
+        fns = fns or EAGER
+        eps = self.cfg.eps
+        x = torch.cat([fns.norm(embed(tokens), self.enorm, eps, dtype), fns.norm(hidden, self.hnorm, eps, dtype)],
+                      dim=-1)
+        h = self.block(self.eh_proj(x).float(), pos, dtype, fns)   # the residual stream is fp32, as in the model
+        out = fns.norm(h, self.shared_head_norm, eps, dtype)
+        return head(out).float(), out
 
 
 class MTPDrafter(Drafter):

@@ -13,13 +13,7 @@ from pathlib import Path
 
 import torch
 
-from t4lib.models.qwen35.convert import (
-    gguf_to_hf_state_dict, hf_to_gguf, hf_to_gguf_tensors, kind_of, random_blocks_for,
-)
-from t4lib.core import results
-from t4lib.models.qwen35.engine import Qwen35Engine
-from t4lib.models.qwen35.model import Qwen35Model
-from t4lib.models.qwen35.mtp_reference import Qwen35MTP
+from .convert import gguf_to_hf_state_dict, hf_to_gguf, hf_to_gguf_tensors, kind_of, random_blocks_for
 
 __all__ = ["tiny_config", "random_hf", "random_mtp", "hf_run", "quantized_gguf", "rel_err", "check", "check_mtp",
            "BLOCK_TYPES", "GGUFPY_TYPES"]
@@ -76,6 +70,8 @@ def random_hf(cfg, seed: int = 0):
 
 def random_mtp(cfg, seed: int = 0):
     """A :class:`~.mtp_reference.Qwen35MTP` with every parameter random (norms too, so the converter's +1 shows)."""
+    from .mtp_reference import Qwen35MTP
+
     torch.manual_seed(seed)
     mtp = Qwen35MTP(cfg).eval()
     g = torch.Generator().manual_seed(seed + 7)
@@ -113,6 +109,9 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
 def check(out_dir: str | Path | None = None, new: int = 64) -> dict:
     """Both oracle checks (see the module docstring); returns their figures by name."""
     from transformers import Qwen3_5ForCausalLM
+
+    from ... import results
+    from .engine import Qwen35Engine
 
     cfg = tiny_config()
     tmp = Path(tempfile.mkdtemp())
@@ -160,6 +159,9 @@ def check_mtp(new: int = 48, gammas=(1, 2, 3)) -> dict:
     prompt run as one multi-row forward (the verify path) against transformers' prefill logits, the block's
     logits over those rows against :class:`~.mtp_reference.Qwen35MTP`, and greedy tokens with ``mtp=gamma``
     against plain greedy (fp32 engine, CPU)."""
+    from .engine import Qwen35Engine
+    from .model import Qwen35Model
+
     cfg = tiny_config()
     m, mtp = random_hf(cfg), random_mtp(cfg)
     sd = dict(m.state_dict())

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops._dispatch import check, same_device, use_cuda
-from t4lib.ops.deltanet import binding, reference
-from t4lib.ops.deltanet.reference import HEAD_ORDERS, key_head_index
+from .._dispatch import check, same_device, use_cuda
+from . import binding, reference
+from .reference import HEAD_ORDERS, key_head_index
 
 __all__ = ["gated_deltanet_decode", "HEAD_ORDERS", "key_head_index", "VARIANTS", "auto_split", "state_bytes"]
 
@@ -32,7 +32,7 @@ def auto_split(B: int) -> int:
     """CTAs per head for ``variant="auto"``: two, at every batch size. On the H200
     at the 27B shape (results/nvidia-h200/qwen35_deltanet.json) two CTAs per head
     were fastest at B = 1 (5.53 us; one per head 5.87, four 5.78) and at B = 4
-    (10.20 us; 10.56, 10.47). The DeltaNet launch lab (round 5) had them
+    (10.20 us; 10.56, 10.47). The lab (tools/deltanet_lab round 5) had them
     within 0.2 us of one CTA per head at B = 2 and 4, either way."""
     return 2
 

@@ -5,15 +5,15 @@ import ctypes
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "deltanet"
 HEAD_ORDER_CODE = {"hf": 0, "gguf": 1}
 
 
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     f = lib.t4_deltanet_decode
     f.argtypes = [ctypes.c_void_p] * 15 + [ctypes.c_int] * 7 + [ctypes.c_float, ctypes.c_void_p]
     f.restype = ctypes.c_int
@@ -29,4 +29,4 @@ def deltanet_decode(qkv, z, alpha, beta, conv_state, conv_state_out, state, conv
         ptr(ssm_a), ptr(dt_bias), ptr(ssm_norm), ptr(out), ptr(ws_o), ptr(ws_ss), ptr(ws_cnt),
         B, H, num_k_heads, HEAD_ORDER_CODE[head_order], split, int(qkv.dtype == torch.float16),
         int(out.dtype == torch.float16), float(eps), stream(qkv.device))
-    build.check_status(lib, st, "t4_deltanet_decode")
+    _build.check_status(lib, st, "t4_deltanet_decode")

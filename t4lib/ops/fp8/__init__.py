@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops._dispatch import check, check_grid_cap, check_group_scales, use_cuda
-from t4lib.ops.fp8 import binding, reference
-from t4lib.ops.fp8.reference import MAX_FINITE, NAN_BYTES
+from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
+from . import binding, reference
+from .reference import MAX_FINITE, NAN_BYTES
 
 __all__ = ["fp8_e4m3_decode", "fp8_e4m3_encode", "MAX_FINITE", "NAN_BYTES"]
 

@@ -5,14 +5,14 @@ import ctypes
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "fp8"
 
 
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     lib.t4_fp8_e4m3_decode.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong,
                                        ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     lib.t4_fp8_e4m3_decode.restype = ctypes.c_int
@@ -26,10 +26,10 @@ def fp8_e4m3_decode(data: torch.Tensor, scales: torch.Tensor | None, group_size:
     lib = _lib()
     st = lib.t4_fp8_e4m3_decode(ptr(data), ptr(scales), ptr(out), data.numel(), group_size, max_blocks,
                                 stream(data.device))
-    build.check_status(lib, st, "t4_fp8_e4m3_decode")
+    _build.check_status(lib, st, "t4_fp8_e4m3_decode")
 
 
 def fp8_e4m3_encode(x: torch.Tensor, out: torch.Tensor) -> None:
     lib = _lib()
     st = lib.t4_fp8_e4m3_encode(ptr(x), ptr(out), x.numel(), stream(x.device))
-    build.check_status(lib, st, "t4_fp8_e4m3_encode")
+    _build.check_status(lib, st, "t4_fp8_e4m3_encode")

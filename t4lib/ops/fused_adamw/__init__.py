@@ -27,8 +27,8 @@ import numbers
 
 import torch
 
-from t4lib.ops._dispatch import check, check_grid_cap, same_device, use_cuda
-from t4lib.ops.fused_adamw import binding, reference
+from .._dispatch import check, check_grid_cap, same_device, use_cuda
+from . import binding, reference
 
 __all__ = ["fused_adamw_", "weight_grad", "adamw_", "unfused_adamw_", "check_hparams", "BYTES_PER_PARAM"]
 

@@ -6,8 +6,8 @@ import functools
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "fused_adamw"
 _P, _I, _L, _F = ctypes.c_void_p, ctypes.c_int, ctypes.c_longlong, ctypes.c_float
@@ -16,7 +16,7 @@ _SCALARS = ("decay", "w1", "b2", "w2", "bc2_sqrt", "eps", "neg_step")  # the lau
 
 @functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     lib.t4_fused_adamw_gemm.argtypes = [_P] * 6 + [_I] * 3 + [_F] * 7 + [_I, _P]
     lib.t4_fused_adamw_gemm.restype = _I
     lib.t4_fused_adamw_gemm_ws.argtypes = lib.t4_fused_adamw_gemm.argtypes
@@ -41,7 +41,7 @@ def fused(dy: torch.Tensor, x: torch.Tensor, master: torch.Tensor, exp_avg: torc
     fn = lib.t4_fused_adamw_gemm_ws if warp_specialized else lib.t4_fused_adamw_gemm
     st = fn(ptr(dy), ptr(x), ptr(master), ptr(exp_avg), ptr(exp_avg_sq), ptr(w16), T, N, K, *_floats(scalars),
             max_ctas, stream(dy.device))
-    build.check_status(lib, st, "t4_fused_adamw_gemm" + ("_ws" if warp_specialized else ""))
+    _build.check_status(lib, st, "t4_fused_adamw_gemm" + ("_ws" if warp_specialized else ""))
 
 
 def wgrad(dy: torch.Tensor, x: torch.Tensor, out: torch.Tensor, max_ctas: int = 0) -> None:
@@ -50,7 +50,7 @@ def wgrad(dy: torch.Tensor, x: torch.Tensor, out: torch.Tensor, max_ctas: int = 
     T, N = dy.shape
     K = x.shape[1]
     st = lib.t4_fused_adamw_wgrad(ptr(dy), ptr(x), ptr(out), T, N, K, max_ctas, stream(dy.device))
-    build.check_status(lib, st, "t4_fused_adamw_wgrad")
+    _build.check_status(lib, st, "t4_fused_adamw_wgrad")
 
 
 def step(grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor, exp_avg_sq: torch.Tensor,
@@ -59,4 +59,4 @@ def step(grad: torch.Tensor, master: torch.Tensor, exp_avg: torch.Tensor, exp_av
     lib = _lib()
     st = lib.t4_fused_adamw_step(ptr(grad), ptr(master), ptr(exp_avg), ptr(exp_avg_sq), ptr(w16), master.numel(),
                                  *_floats(scalars), max_ctas, stream(master.device))
-    build.check_status(lib, st, "t4_fused_adamw_step")
+    _build.check_status(lib, st, "t4_fused_adamw_step")

@@ -43,10 +43,10 @@ import weakref
 
 import torch
 
-from t4lib.ops import int8_activations as a8
-from t4lib.ops._dispatch import check, check_grid_cap, same_device, use_cuda
-from t4lib.ops.gguf import binding, packing, reference
-from t4lib.ops.gguf.reference import FORMATS, TYPE_OF
+from .. import int8_activations as a8
+from .._dispatch import check, check_grid_cap, same_device, use_cuda
+from . import binding, packing, reference
+from .reference import FORMATS, TYPE_OF
 
 __all__ = ["gguf_dequant", "gguf_gemv", "gguf_gemv_packed", "pack_for_gemv", "clear_gemv_cache", "FORMATS", "TYPE_OF",
            "type_id", "nbytes"]

@@ -5,14 +5,14 @@ import ctypes
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "gguf"
 
 
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     f = lib.t4_gguf_dequant
     f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int, ctypes.c_int,
                   ctypes.c_void_p]
@@ -37,14 +37,14 @@ def dequant(ggml_type: int, raw: torch.Tensor, n_blocks: int, out: torch.Tensor,
     lib = _lib()
     st = lib.t4_gguf_dequant(ggml_type, ptr(raw), ptr(out), n_blocks, int(out.dtype == torch.float16), max_blocks,
                              stream(raw.device))
-    build.check_status(lib, st, "t4_gguf_dequant")
+    _build.check_status(lib, st, "t4_gguf_dequant")
 
 
 def gemv(ggml_type: int, raw: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M: int, N: int, K: int,
          max_ctas: int = 0) -> None:
     lib = _lib()
     st = lib.t4_gguf_gemv(ggml_type, ptr(raw), ptr(x), ptr(y), M, N, K, max_ctas, stream(x.device))
-    build.check_status(lib, st, "t4_gguf_gemv")
+    _build.check_status(lib, st, "t4_gguf_gemv")
 
 
 def gemv_packed(ggml_type: int, packed: torch.Tensor, x: torch.Tensor, y: torch.Tensor, M: int, N: int, K: int,
@@ -52,7 +52,7 @@ def gemv_packed(ggml_type: int, packed: torch.Tensor, x: torch.Tensor, y: torch.
     """W in the GEMV layout of :mod:`.packing` (16-byte aligned)."""
     lib = _lib()
     st = lib.t4_gguf_gemv_packed(ggml_type, ptr(packed), ptr(x), ptr(y), M, N, K, max_ctas, stream(x.device))
-    build.check_status(lib, st, "t4_gguf_gemv_packed")
+    _build.check_status(lib, st, "t4_gguf_gemv_packed")
 
 
 def quantize_x8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, max_ctas: int = 0) -> None:
@@ -60,7 +60,7 @@ def quantize_x8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, max_ctas: int
     lib = _lib()
     M, K = x.shape
     st = lib.t4_gguf_quantize_x8(ptr(x), ptr(q), ptr(s), M, K, max_ctas, stream(x.device))
-    build.check_status(lib, st, "t4_gguf_quantize_x8")
+    _build.check_status(lib, st, "t4_gguf_quantize_x8")
 
 
 def gemv_packed_x8(ggml_type: int, packed: torch.Tensor, q: torch.Tensor, s: torch.Tensor, y: torch.Tensor, M: int,
@@ -69,4 +69,4 @@ def gemv_packed_x8(ggml_type: int, packed: torch.Tensor, q: torch.Tensor, s: tor
     lib = _lib()
     st = lib.t4_gguf_gemv_packed_x8(ggml_type, ptr(packed), ptr(q), ptr(s), ptr(y), M, N, K, max_ctas,
                                     stream(q.device))
-    build.check_status(lib, st, "t4_gguf_gemv_packed_x8")
+    _build.check_status(lib, st, "t4_gguf_gemv_packed_x8")

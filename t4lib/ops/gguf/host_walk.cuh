@@ -1,7 +1,7 @@
 // CPU emulation of gemv.cuh's lane/chunk walk of one warp over a
 // __host__ __device__ GEMV trait, and the file I/O of a host check: shared by
 // host_check.cu (the GEMV-layout traits of kernels/gguf_gemv_fp16.cuh and gguf_gemv_int8.cuh) and the
-// GEMV labs that check a new trait on the CPU.
+// GEMV labs (tools/gemv_lab) that check a new trait on the CPU.
 // host_main<Pick>(argc, argv): argv = type N K M R packed.bin x.bin y.bin [xs.bin]
 // (y fp32 [M, N]); Pick(type, M, R, w, acts, y) runs dispatch<Trait> for the type
 // on acts.x (x.bin: fp16 [M, K]) or, when xs.bin is given, on acts.x8 for an

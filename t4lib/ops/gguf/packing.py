@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops.gguf.reference import FORMATS, IQ4_VALUES, _k_scale_min
+from .reference import FORMATS, IQ4_VALUES, _k_scale_min
 
 # ggml type id -> name, for the formats with a GEMV layout
 PACKED = {8: "Q8_0", 11: "Q3_K", 12: "Q4_K", 13: "Q5_K", 14: "Q6_K", 23: "IQ4_XS"}

@@ -13,8 +13,7 @@ import re
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops import int8_activations as a8
+from ... import _build
 
 # ggml type id -> (name, values per block, bytes per block)
 FORMATS = {
@@ -46,7 +45,7 @@ def _i(x: torch.Tensor) -> torch.Tensor:
 @functools.lru_cache(maxsize=None)
 def iq3s_grid() -> torch.Tensor:
     """[512, 4] int32 magnitudes, parsed from kernels/gguf_blocks.cuh."""
-    text = (build.kernels_dir() / "gguf_blocks.cuh").read_text()
+    text = (_build.kernels_dir() / "gguf_blocks.cuh").read_text()
     body = re.search(r"kIQ3SGrid\[512\]\s*=\s*\{(.*?)\};", text, re.S).group(1)
     words = torch.tensor([int(w, 16) for w in re.findall(r"0x([0-9a-fA-F]{8})", body)], dtype=torch.int64)
     if words.numel() != 512:
@@ -167,6 +166,8 @@ def gemv(w_raw: torch.Tensor, ggml_type: int, x: torch.Tensor, N: int, K: int) -
 def gemv_x8(w_raw: torch.Tensor, ggml_type: int, x: torch.Tensor, N: int, K: int) -> torch.Tensor:
     """Int8 activations: y [M, N] fp16 = x~ @ dequant(W)^T in fp32, x~ = q * d the int8 blocks of
     :func:`t4lib.ops.int8_activations.quantize` and W fp32 (not rounded to fp16)."""
+    from .. import int8_activations as a8
+
     q, d, _ = a8.quantize(x.cpu())
     w = dequantize(w_raw.cpu(), ggml_type, (N, K))
     return (a8.dequantize(q, d) @ w.t()).to(torch.float16).to(x.device)

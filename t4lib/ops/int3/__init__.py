@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops._dispatch import check, check_grid_cap, check_group_scales, use_cuda
-from t4lib.ops.int3 import binding, reference
-from t4lib.ops.int3.reference import BLOCK, PLANES
+from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
+from . import binding, reference
+from .reference import BLOCK, PLANES
 
 __all__ = ["int3_dequant", "pack_int3", "unpack_int3", "BLOCK"]
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops._dispatch import check, check_grid_cap, check_group_scales, use_cuda
-from t4lib.ops.int4 import binding, reference
+from .._dispatch import check, check_grid_cap, check_group_scales, use_cuda
+from . import binding, reference
 
 __all__ = ["int4_dequant", "pack_int4", "unpack_int4"]
 

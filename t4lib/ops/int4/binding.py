@@ -5,14 +5,14 @@ import ctypes
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "int4"
 
 
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     f = lib.t4_int4_dequant
     f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong, ctypes.c_int,
                   ctypes.c_int, ctypes.c_void_p]
@@ -25,4 +25,4 @@ def int4_dequant(packed: torch.Tensor, scales: torch.Tensor | None, group_size: 
     lib = _lib()
     st = lib.t4_int4_dequant(ptr(packed), ptr(scales), ptr(out), packed.numel(), group_size, max_blocks,
                              stream(packed.device))
-    build.check_status(lib, st, "t4_int4_dequant")
+    _build.check_status(lib, st, "t4_int4_dequant")

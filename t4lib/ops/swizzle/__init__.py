@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from t4lib.ops._dispatch import check, use_cuda
-from t4lib.ops.swizzle import binding, reference
-from t4lib.ops.swizzle.reference import (
-    LAYOUTS, bank_conflicts, conflict_table, swizzle16, wavefronts,
-)
+from .._dispatch import check, use_cuda
+from . import binding, reference
+from .reference import LAYOUTS, bank_conflicts, conflict_table, swizzle16, wavefronts
 
 __all__ = ["swizzle_offsets", "swizzle_transpose", "bench_cycles", "swizzle16", "wavefronts", "bank_conflicts",
            "conflict_table", "LAYOUTS", "ROW_CHUNKS"]

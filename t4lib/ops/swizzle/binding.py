@@ -5,14 +5,14 @@ import ctypes
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "swizzle"
 
 
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     lib.t4_swizzle_bench.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int,
                                      ctypes.c_void_p]
     lib.t4_swizzle_offsets.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
@@ -25,16 +25,16 @@ def _lib() -> ctypes.CDLL:
 def bench(layout: int, cycles: torch.Tensor, sink: torch.Tensor, iters: int, warps: int) -> None:
     lib = _lib()
     st = lib.t4_swizzle_bench(layout, ptr(cycles), ptr(sink), iters, warps, stream(cycles.device))
-    build.check_status(lib, st, "t4_swizzle_bench")
+    _build.check_status(lib, st, "t4_swizzle_bench")
 
 
 def offsets(out: torch.Tensor, rows: int, row_chunks: int) -> None:
     lib = _lib()
     st = lib.t4_swizzle_offsets(ptr(out), rows, row_chunks, stream(out.device))
-    build.check_status(lib, st, "t4_swizzle_offsets")
+    _build.check_status(lib, st, "t4_swizzle_offsets")
 
 
 def transpose(tile: torch.Tensor, out: torch.Tensor) -> None:
     lib = _lib()
     st = lib.t4_swizzle_transpose(ptr(tile), ptr(out), stream(tile.device))
-    build.check_status(lib, st, "t4_swizzle_transpose")
+    _build.check_status(lib, st, "t4_swizzle_transpose")

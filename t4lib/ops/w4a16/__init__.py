@@ -41,12 +41,11 @@ import weakref
 
 import torch
 
-from t4lib.ops._dispatch import check, check_grid_cap, use_cuda
-from t4lib.ops.int8_activations import check_activations, empty_blocks
-from t4lib.ops.w4a16 import binding, layout, reference
-from t4lib.ops.w4a16.format import QuantizedWeight
-from t4lib.ops.w4a16.layout import MmaWeight
-from t4lib.ops.int4 import int4_dequant
+from .._dispatch import check, check_grid_cap, use_cuda
+from ..int8_activations import check_activations, empty_blocks
+from . import binding, layout, reference
+from .format import QuantizedWeight
+from .layout import MmaWeight
 
 __all__ = ["gemv", "gemm", "mma", "matmul", "dequant_matmul", "matmul_kernel", "clear_mma_cache", "QuantizedWeight",
            "MmaWeight", "GEMV_MAX_M", "MMA_MAX_M", "MATMUL_GEMV_MAX_M", "MATMUL_MMA_M", "MATMUL_GEMV_M2_MAX_N"]
@@ -332,6 +331,8 @@ def dequant_matmul(x: torch.Tensor, w: QuantizedWeight, *, backend: str = "auto"
     fp16 [N, K]) and one cuBLAS fp16 GEMM: what matmul runs above ``MATMUL_MMA_M`` (prefill)."""
     _validate(x, w, None, gemv_range=False)
     if use_cuda(backend, binding.FAMILY, x.device):
+        from ..int4 import int4_dequant
+
         wd = int4_dequant(w.qweight.view(-1), w.scales.view(-1), w.group_size, backend="cuda").view(w.N, w.K)
         return torch.nn.functional.linear(x, wd)
     return reference.matmul(x, w)

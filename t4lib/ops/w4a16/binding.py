@@ -6,8 +6,8 @@ import functools
 
 import torch
 
-from t4lib.core import build
-from t4lib.ops._dispatch import ptr, stream
+from ... import _build
+from .._dispatch import ptr, stream
 
 FAMILY = "w4a16"
 _P, _I = ctypes.c_void_p, ctypes.c_int
@@ -15,7 +15,7 @@ _P, _I = ctypes.c_void_p, ctypes.c_int
 
 @functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
-    lib = build.load(FAMILY)
+    lib = _build.load(FAMILY)
     lib.t4_w4a16_gemv.argtypes = [_P, _P, _P, _P, _I, _I, _I, _I, _I, _P]
     lib.t4_w4a16_gemv.restype = _I
     lib.t4_w4a16_gemm_splits.argtypes = [_I, _I, _I]
@@ -43,7 +43,7 @@ def gemv(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
     N = qweight.shape[0]
     st = lib.t4_w4a16_gemv(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
                            stream(x.device))
-    build.check_status(lib, st, "t4_w4a16_gemv")
+    _build.check_status(lib, st, "t4_w4a16_gemv")
 
 
 def quantize_x8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, max_ctas: int = 0) -> None:
@@ -51,7 +51,7 @@ def quantize_x8(x: torch.Tensor, q: torch.Tensor, s: torch.Tensor, max_ctas: int
     lib = _lib()
     M, K = x.shape
     st = lib.t4_w4a16_quantize_x8(ptr(x), ptr(q), ptr(s), M, K, max_ctas, stream(x.device))
-    build.check_status(lib, st, "t4_w4a16_quantize_x8")
+    _build.check_status(lib, st, "t4_w4a16_quantize_x8")
 
 
 def gemv_x8(q: torch.Tensor, s: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int,
@@ -62,7 +62,7 @@ def gemv_x8(q: torch.Tensor, s: torch.Tensor, qweight: torch.Tensor, scales: tor
     N = qweight.shape[0]
     st = lib.t4_w4a16_gemv_x8(ptr(qweight), ptr(scales), ptr(q), ptr(s), ptr(out), M, N, K, group_size, max_ctas,
                               stream(q.device))
-    build.check_status(lib, st, "t4_w4a16_gemv_x8")
+    _build.check_status(lib, st, "t4_w4a16_gemv_x8")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -81,7 +81,7 @@ def gemm(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_siz
     ws = torch.empty(splits * M * N, dtype=torch.float32, device=x.device) if splits > 1 else None
     st = lib.t4_w4a16_gemm(ptr(qweight), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, splits,
                            max_ctas, stream(x.device))
-    build.check_status(lib, st, "t4_w4a16_gemm")
+    _build.check_status(lib, st, "t4_w4a16_gemm")
 
 
 def gemm_ws(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_size: int, out: torch.Tensor,
@@ -92,7 +92,7 @@ def gemm_ws(x: torch.Tensor, qweight: torch.Tensor, scales: torch.Tensor, group_
     N = qweight.shape[0]
     st = lib.t4_w4a16_gemm_ws(ptr(qweight), ptr(scales), ptr(x), ptr(out), M, N, K, group_size, max_ctas,
                               stream(x.device))
-    build.check_status(lib, st, "t4_w4a16_gemm_ws")
+    _build.check_status(lib, st, "t4_w4a16_gemm_ws")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -102,7 +102,7 @@ def mma_config(M: int, N: int, K: int, device_index: int, r: int = 0, splits: in
     with torch.cuda.device(device_index):
         lib = _lib()
         st = lib.t4_w4a16_mma_config(M, N, K, r, splits, out)
-    build.check_status(lib, st, "t4_w4a16_mma_config")
+    _build.check_status(lib, st, "t4_w4a16_mma_config")
     return int(out[0]), int(out[1])
 
 
@@ -119,4 +119,4 @@ def mma(x: torch.Tensor, tiles: torch.Tensor, scales: torch.Tensor, N: int, grou
     ws = torch.empty(S * M * N, dtype=torch.float32, device=x.device) if S > 1 else None
     st = lib.t4_w4a16_mma(ptr(tiles), ptr(scales), ptr(x), ptr(out), ptr(ws), M, N, K, group_size, R, S, max_ctas,
                           variant, stream(x.device))
-    build.check_status(lib, st, "t4_w4a16_mma")
+    _build.check_status(lib, st, "t4_w4a16_mma")

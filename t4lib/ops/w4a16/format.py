@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from t4lib.ops.int4 import reference as int4_ref
+from ..int4 import reference as int4_ref
 
 GROUP_SIZES = (32, 64, 128)
 QMIN, QMAX = -8, 7

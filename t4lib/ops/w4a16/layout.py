@@ -31,8 +31,8 @@ from dataclasses import dataclass
 
 import torch
 
-from t4lib.ops.int4 import reference as int4_ref
-from t4lib.ops.w4a16.format import QuantizedWeight, check_group_size
+from ..int4 import reference as int4_ref
+from .format import QuantizedWeight, check_group_size
 
 TILE_N, TILE_K, PAD_N = 16, 64, 32
 # Row chunk packed at a time (bounds the int64 temporaries of the nibble shuffle).

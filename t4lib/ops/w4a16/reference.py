@@ -27,7 +27,6 @@ differ: :func:`tolerance_int8` is ``1e-4 * (|x~| @ |q * s|^T) + 1e-3 * |y_ref| +
 from __future__ import annotations
 
 import torch
-from t4lib.ops.int8_activations import dequantize, quantize
 
 
 def matmul(x: torch.Tensor, w) -> torch.Tensor:
@@ -49,6 +48,8 @@ def exact_weight(w) -> torch.Tensor:
 
 def gemv_int8(x: torch.Tensor, w) -> torch.Tensor:
     """W4A8: fp16( x~ @ (q * s)^T ) in fp32, x~ the int8 activations of x [M, K] fp16 -> [M, N] fp16."""
+    from ..int8_activations import dequantize, quantize
+
     q, d, _ = quantize(x)
     wq = exact_weight(w).to(x.device)
     return (dequantize(q, d) @ wq.t()).to(torch.float16)
@@ -56,6 +57,8 @@ def gemv_int8(x: torch.Tensor, w) -> torch.Tensor:
 
 def tolerance_int8(x: torch.Tensor, w, y_ref: torch.Tensor) -> torch.Tensor:
     """Elementwise absolute tolerance [M, N] of the W4A8 kernel against :func:`gemv_int8`."""
+    from ..int8_activations import dequantize, quantize
+
     q, d, _ = quantize(x)
     bound = dequantize(q, d).abs() @ exact_weight(w).abs().to(x.device).t()
     return 1e-4 * bound + 1e-3 * y_ref.to(torch.float32).abs() + 1e-5

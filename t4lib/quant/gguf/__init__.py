@@ -17,8 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from t4lib.ops.gguf import gguf_dequant
-from t4lib.ops.gguf.reference import FORMATS, TYPE_OF, random_blocks
 
 __all__ = ["GGUFError", "GGUFFile", "TensorInfo", "write_tiny_qwen35", "TinyQwen35Dims"]
 
@@ -116,6 +114,8 @@ class GGUFFile:
     def dequantize(self, name: str, device="cpu", out_dtype=torch.float32, backend: str = "auto") -> torch.Tensor:
         """Float values of a tensor, shape in numpy order. Quantized types go
         through :func:`t4lib.ops.gguf.gguf_dequant` (CUDA when ``device`` is)."""
+        from ...ops.gguf import FORMATS, gguf_dequant
+
         t = self.info(name)
         if t.type_id in FLOAT_TYPES:
             arr = np.asarray(t.data).reshape(t.shape)
@@ -171,6 +171,8 @@ def write_tiny_qwen35(path: str | os.PathLike, dims: TinyQwen35Dims = TinyQwen35
     block (attention + FFN + ``nextn.eh_proj``, ``enorm``, ``hnorm``,
     ``shared_head_norm``). Quantized tensors hold random blocks with finite
     scales (see :func:`t4lib.ops.gguf.reference.random_blocks`)."""
+    from ...ops.gguf.reference import FORMATS, TYPE_OF, random_blocks
+
     gguf = _gguf()
     d = dims
     rng = np.random.default_rng(seed)

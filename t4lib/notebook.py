@@ -1,0 +1,82 @@
+"""Small helpers every notebook uses: the install cell, profile resolution and result paths."""
+from __future__ import annotations
+
+from pathlib import Path
+
+# The one repository URL; pyproject.toml's [project.urls] Repository declares the same (tested).
+REPOSITORY_URL = "https://github.com/t4lib/t4lib"
+
+# The first code cell of every notebook is ``install_cell(extras)`` verbatim, with the extras of pyproject.toml
+# that the notebook imports (tests/test_install_cell.py derives them from the notebook's imports and compares).
+# It cannot import t4lib (it is what installs it), so the URL is spelled out. It keeps the runtime's torch
+# (a pip constraint pins the installed version), says what it installs, and offline (Kaggle with the internet
+# off) installs from attached wheels: T4LIB_GIT names a copy of the repository, T4LIB_WHEELS a folder of wheels.
+def install_cell(extras=()) -> str:
+    """The install cell for a notebook whose imports need ``extras`` (names of pyproject.toml's extras)."""
+    extras = sorted(set(extras))
+    spec = "./t4lib" + (f"[{','.join(extras)}]" if extras else "")
+    return f"""\
+# Colab / Kaggle: install t4lib with the extras this notebook imports ({", ".join(extras) or "none"}), keeping the
+# runtime's torch; kernels are built from source on first use. Elsewhere this cell does nothing.
+import os, shutil, subprocess, sys
+if ("google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ) and not os.path.isdir("t4lib"):
+    from importlib.metadata import version
+    src, wheels = os.environ.get("T4LIB_GIT", "{REPOSITORY_URL}"), os.environ.get("T4LIB_WHEELS")
+    if os.path.isdir(src):
+        shutil.copytree(src, "t4lib")
+    else:
+        subprocess.run(["git", "clone", "--depth", "1", src, "t4lib"], check=True)
+    with open("torch-constraint.txt", "w") as f:
+        f.write(f"torch=={{version('torch')}}\\n")
+    offline = ["--no-index", "--find-links", wheels, "--no-build-isolation"] if wheels else []
+    print(f"t4lib: pip install {spec} from {{src}} (torch {{version('torch')}} kept){{' offline from ' + wheels if wheels else ''}}")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", "torch-constraint.txt", *offline, "-e", "{spec}"], check=True)
+    sys.path.insert(0, os.path.abspath("t4lib"))"""
+
+
+PROFILES = ("auto", "cpu", "gpu", "t4", "kaggle-2xt4")
+
+
+def resolve_profile(profile: str) -> str:
+    """``auto`` -> ``gpu`` when CUDA is present, else ``cpu``; other names are
+    checked and returned. ``t4`` and ``kaggle-2xt4`` need a GPU."""
+    import torch
+
+    if profile not in PROFILES:
+        raise ValueError(f"PROFILE must be one of {PROFILES}, got {profile!r}")
+    if profile == "auto":
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    if profile != "cpu" and not torch.cuda.is_available():
+        raise RuntimeError(f"PROFILE={profile!r} needs a CUDA GPU; none is visible (use 'cpu' or 'auto')")
+    if profile == "kaggle-2xt4" and torch.cuda.device_count() < 2:
+        raise RuntimeError(f"PROFILE='kaggle-2xt4' needs 2 GPUs, found {torch.cuda.device_count()}")
+    return profile
+
+
+def device_results_dir() -> Path:
+    """``results/<device-slug>/`` for figures measured on this machine."""
+    from . import hw, results
+
+    d = results.results_dir() / hw.device_slug()
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def figure(device: str, file: str, name: str) -> dict:
+    """One figure of ``results/<device>/<file>`` by name, for prose a notebook formats from the results
+    rather than typing its numbers. The file is validated (``t4lib.results.validate``) before it is read."""
+    from . import results
+
+    for arg, val in (("device", device), ("file", file), ("name", name)):
+        if not isinstance(val, str) or not val:
+            raise TypeError(f"{arg} must be a non-empty string, got {val!r}")
+    for arg, val in (("device", device), ("file", file)):
+        if "/" in val or "\\" in val or val in (".", ".."):
+            raise ValueError(f"{arg} must be a plain name (a folder or file of results/), got {val!r}")
+    path = results.results_dir() / device / (file if file.endswith(".json") else file + ".json")
+    if not path.is_file():
+        raise ValueError(f"file: no results file {path}")
+    figs = results.figures_by_name(path)
+    if name not in figs:
+        raise ValueError(f"name: no figure {name!r} in {path}")
+    return figs[name]

@@ -1,0 +1,72 @@
+"""Launch each shared-memory layout's microbenchmark kernel a few times, for
+Nsight Compute. Run on a GPU::
+
+    ncu --kernel-name regex:swizzle_bench_kernel \\
+        --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,\\
+l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_op_shared_ld.sum \\
+        python -m t4lib.ops.swizzle.ncu_probe
+
+Kernel template arguments name the layout: ``<0, ...>`` naive, ``<1, ...>``
+padded, ``<2, ...>`` swizzled; ``true`` is the one-warp latency mode, ``false``
+the 8-warp throughput mode. The analytical expectation per layout is printed
+first (``reference.conflict_table``): conflicts per 8 column reads.
+"""
+from __future__ import annotations
+
+import torch
+
+from . import LAYOUTS, bench_cycles, conflict_table
+
+
+def main(iters: int = 64) -> None:
+    for row in conflict_table():
+        print("model", row)
+    if not torch.cuda.is_available():
+        print("no CUDA device: model only")
+        return
+    for layout in LAYOUTS:
+        for warps in (1, 8):
+            print(f"{layout:<9} warps={warps} cycles/access={bench_cycles(layout, warps=warps, iters=iters):.2f}")
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()
+
+
+def figures_from_ncu_log(text: str, source: str = "t4lib.ops.swizzle.ncu_probe under ncu") -> list[dict]:
+    """MEASURED figures from the output of the ncu command in the module docstring.
+
+    A 16-byte-per-lane shared load moves 512 bytes, so 4 wavefronts per
+    instruction is the conflict-free minimum: ncu's bank-conflict counter then
+    reads 3 per instruction. We report wavefronts per instruction (ideal 4) and
+    the excess over the ideal, per layout and mode.
+    """
+    import re
+
+    from ... import results
+
+    names = {0: "naive", 1: "padded", 2: "swizzled"}
+    figs, cur = [], None
+    vals: dict[tuple, dict] = {}
+    for line in text.splitlines():
+        m = re.search(r"swizzle_bench_kernel<(\d), (\d)>", line)
+        if m:
+            cur = (names[int(m.group(1))], "latency" if m.group(2) == "1" else "throughput")
+            vals.setdefault(cur, {})
+            continue
+        m = re.search(r"(l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld|"
+                      r"l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld)\.sum\s+([\d,]+)", line)
+        if m and cur:
+            vals[cur]["conflicts" if "conflicts" in m.group(1) else "wavefronts"] = int(m.group(2).replace(",", ""))
+    for (layout, mode), v in sorted(vals.items()):
+        if "wavefronts" not in v or "conflicts" not in v:
+            continue
+        instr = v["wavefronts"] - v["conflicts"]  # ncu counts one non-conflict wavefront per instruction
+        figs.append(results.figure(f"swizzle/ncu/{mode}/{layout}/wavefronts_per_load", v["wavefronts"] / instr,
+                                   "wavefronts", "MEASURED", source, raw=v,
+                                   note="16-byte loads: 4 wavefronts per warp instruction is conflict-free"))
+        figs.append(results.figure(f"swizzle/ncu/{mode}/{layout}/excess_wavefronts", v["wavefronts"] - 4 * instr,
+                                   "wavefronts", "ARITHMETIC", source,
+                                   note="measured wavefronts minus the conflict-free 4 per 16-byte warp load"))
+    return figs

@@ -1,0 +1,375 @@
+"""Figures with provenance: one JSON schema for every number the project reports.
+
+A figure is a dict::
+
+    {"name", "value", "unit", "tag": MEASURED|ESTIMATED|ARITHMETIC,
+     "device", "driver", "torch", "clocks", "throttle", "when", "source", "note"?}
+
+``MEASURED`` figures carry the device they were measured on and the clocks and
+throttle reasons NVML reported; ``ESTIMATED`` figures (projections such as the
+T4 roofline) say their model in ``note``; ``ARITHMETIC`` figures are derived
+from other figures. A results file is ``{"schema": 1, "provenance": {...},
+"figures": [...], ...}``; ``validate_file`` checks one and the test suite checks
+every file under ``results/``.
+
+``provenance`` ties a file to the code it was measured with: the git commit
+(and whether tracked files differed from it) and the GPU verification ledger's
+sources hash (``t4lib.verify``). ``report`` marks the figures whose sources
+changed since; files written before provenance existed are marked as such.
+
+Every file is written whole or not at all (:func:`atomic_write_text`): a
+temporary file beside it, renamed over it. A run that fails part-way keeps
+the figures it did not re-measure (:func:`write`'s ``merge``), each marked
+``carried_over`` with the provenance it was measured under, beside the
+``errors`` that say what failed.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import re
+import secrets
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable
+
+TAGS = ("MEASURED", "ESTIMATED", "ARITHMETIC")
+SCHEMA_VERSION = 1
+REQUIRED = ("name", "value", "unit", "tag", "device", "driver", "torch", "clocks", "throttle", "when", "source")
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def results_dir() -> Path:
+    """Where results go: ``$T4LIB_RESULTS`` or ``<repo>/results``."""
+    return Path(os.environ.get("T4LIB_RESULTS", REPO_ROOT / "results"))
+
+
+def now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def environment() -> dict[str, Any]:
+    """Device, driver, torch version, current clocks and throttle reasons."""
+    from . import hw, telemetry
+
+    dev = hw.device_info()
+    snap = telemetry.snapshot()
+    return {
+        "device": dev["name"],
+        "driver": dev.get("driver") or "n/a",
+        "torch": dev["torch"],
+        "clocks": snap.get("clocks", {}),
+        "throttle": snap.get("throttle", []),
+    }
+
+
+def git_commit(repo: Path = REPO_ROOT) -> tuple[str, bool | None]:
+    """(commit, dirty) of the checkout. ``$T4LIB_COMMIT``, when set, names it (dirty unknown): a
+    tree shipped to a GPU machine may carry a stale ``.git`` or none; without either, ("unknown", None)."""
+    if os.environ.get("T4LIB_COMMIT"):
+        return os.environ["T4LIB_COMMIT"], None
+    fallback = ("unknown", None)
+    try:
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=30)
+        if head.returncode != 0:
+            return fallback
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+                                capture_output=True, text=True, timeout=30)
+        return head.stdout.strip(), bool(status.stdout.strip()) if status.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return fallback
+
+
+def current_sources_sha256() -> str:
+    """The verification ledger's hash of every source that decides what a kernel computes."""
+    from . import verify  # verify imports this module: imported here, not at the top
+
+    return verify.combined_hash(verify.source_hashes())
+
+
+def provenance() -> dict[str, Any]:
+    """What a results file was measured with: commit, dirty tree, ledger sources hash."""
+    commit, dirty = git_commit()
+    return {"commit": commit, "dirty": dirty, "sources_sha256": current_sources_sha256()}
+
+
+def figure(name: str, value: float, unit: str, tag: str, source: str, *,
+           env: dict[str, Any] | None = None, note: str | None = None, **extra: Any) -> dict[str, Any]:
+    """Build one figure. ``env`` defaults to the live environment for MEASURED
+    figures; ESTIMATED and ARITHMETIC figures need a ``note`` saying how."""
+    if tag not in TAGS:
+        raise ValueError(f"tag must be one of {TAGS}, got {tag!r}")
+    if tag != "MEASURED" and not note:
+        raise ValueError(f"a {tag} figure needs a note saying its model or derivation")
+    if env is None:
+        env = environment() if tag == "MEASURED" else {
+            "device": "n/a", "driver": "n/a", "torch": "n/a", "clocks": {}, "throttle": []}
+    fig = {"name": name, "value": _num(value), "unit": unit, "tag": tag, **{k: env[k] for k in
+           ("device", "driver", "torch", "clocks", "throttle")}, "when": now(), "source": source}
+    if note:
+        fig["note"] = note
+    fig.update(extra)
+    return fig
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v) if isinstance(v, float) else v
+    if hasattr(v, "item"):
+        return v.item()
+    raise TypeError(f"figure value must be a number, got {type(v).__name__}")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same directory, flushed to disk and renamed
+    over ``path`` (``os.replace``, atomic on POSIX and Windows): a crash, a full disk or a reader at any moment
+    sees the previous file or the complete new one, never a part. Returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # created by open() so that it takes the umask's permissions, as a plain write would
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
+    try:
+        with open(tmp, "x", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1, **dumps_kw: Any) -> Path:
+    """``obj`` as JSON (one trailing newline) through :func:`atomic_write_text`; serialised before the file is
+    touched, so an object that does not serialise leaves the previous file as it was."""
+    return atomic_write_text(path, json.dumps(obj, indent=indent, **dumps_kw) + "\n")
+
+
+def check_writable(path: str | os.PathLike, name: str = "path", *, directory: bool = False) -> Path:
+    """ValueError naming ``name`` unless a file (``directory``: a directory) can be written at ``path``: checked
+    by writing a scratch file where it will go (creating missing parent directories), so that a command fails
+    before its work, not after it."""
+    p = Path(path)
+    where = p if directory else p.parent
+    if (p.is_dir() and not directory) or (p.exists() and directory and not p.is_dir()):
+        raise ValueError(f"{name}: {p} is {'a directory' if p.is_dir() else 'a file'}, not a "
+                         f"{'directory' if directory else 'file'} to write")
+    try:
+        where.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=where):
+            pass
+    except OSError as e:
+        raise ValueError(f"{name}: cannot write to {where} ({type(e).__name__}: {e.strerror or e})") from None
+    return p
+
+
+def read_results(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The valid results document at ``path``, or None (missing, not JSON, or not a valid document)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+        validate(doc)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return doc
+
+
+def carried_over(old: dict[str, Any], measured: set[str]) -> list[dict[str, Any]]:
+    """The figures of the results document ``old`` whose names are not in ``measured``, each marked
+    ``carried_over``: when and under which provenance it was measured (kept from an earlier carry)."""
+    mark = {"written": old.get("written"), "provenance": old.get("provenance")}
+    return [{**f, "carried_over": f.get("carried_over") or mark} for f in old["figures"] if f["name"] not in measured]
+
+
+def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, merge: bool | None = None,
+          **meta: Any) -> Path:
+    """Validate and write a results file (atomically: :func:`atomic_write_text`); returns its path.
+
+    ``merge``: keep the figures of the existing file whose names this call does not re-measure
+    (:func:`carried_over`). None (the default) merges when ``meta["errors"]`` is non-empty: a benchmark that
+    failed part-way keeps the previous figures of what it did not re-measure, its errors recorded beside
+    them. A call with no figures never replaces a file that has some: without merge it raises ValueError and
+    the file stays as it was."""
+    path = Path(path)
+    figs = list(figures)
+    doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(), **meta, "figures": figs}
+    validate(doc)
+    if merge is None:
+        merge = bool(meta.get("errors"))
+    old = read_results(path) if merge or not figs else None
+    if merge and old:
+        doc["figures"] = figs + carried_over(old, {f["name"] for f in figs})
+    elif not figs and old and old["figures"]:
+        raise ValueError(f"no figures to write: {path} keeps its {len(old['figures'])} figures (write with "
+                         "merge=True or errors=[...] to record a failed run beside them)")
+    return write_json(path, doc)
+
+
+def validate(doc: dict[str, Any]) -> None:
+    """Raise ValueError naming the first problem in a results document."""
+    if doc.get("schema") != SCHEMA_VERSION:
+        raise ValueError(f"schema must be {SCHEMA_VERSION}, got {doc.get('schema')!r}")
+    prov = doc.get("provenance")
+    if prov is not None:  # optional: files written before it existed carry none
+        if not isinstance(prov, dict) or not isinstance(prov.get("commit"), str) or not prov["commit"]:
+            raise ValueError(f"provenance must be a dict with a 'commit' string, got {prov!r}")
+        if not re.fullmatch(r"[0-9a-f]{64}", str(prov.get("sources_sha256"))):
+            raise ValueError(f"provenance.sources_sha256 must be a sha256 hex digest, got {prov.get('sources_sha256')!r}")
+    figs = doc.get("figures")
+    if not isinstance(figs, list):
+        raise ValueError("'figures' must be a list")
+    for i, f in enumerate(figs):
+        where = f"figures[{i}] ({f.get('name', '?')})"
+        missing = [k for k in REQUIRED if k not in f]
+        if missing:
+            raise ValueError(f"{where}: missing {missing}")
+        if f["tag"] not in TAGS:
+            raise ValueError(f"{where}: tag {f['tag']!r} not in {TAGS}")
+        if f["tag"] != "MEASURED" and not f.get("note"):
+            raise ValueError(f"{where}: {f['tag']} figure without a note")
+        if f["tag"] == "MEASURED" and f["device"] in ("", "n/a", None):
+            raise ValueError(f"{where}: MEASURED figure without a device")
+        v = f["value"]
+        if not isinstance(v, (int, float, str)) or isinstance(v, bool):
+            raise ValueError(f"{where}: value must be a number or string")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ValueError(f"{where}: value is not finite")
+        if not isinstance(f["throttle"], list) or not isinstance(f["clocks"], dict):
+            raise ValueError(f"{where}: 'throttle' must be a list and 'clocks' a dict")
+
+
+def validate_file(path: str | os.PathLike) -> None:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON: {e}") from None
+    try:
+        validate(doc)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
+
+
+# ---------------------------------------------------------------- layout and lab records
+
+LAYOUT_MD = """\
+## Layout
+
+- `results/<device-slug>/` (for example `nvidia-h200/`, `cpu/`): the figures (`*.json` with `"figures"`, written
+  through `t4lib.results.write`, each file with its `provenance`: commit and ledger sources hash) and the
+  notebooks executed on that device, with their plots. Companion documents a benchmark writes beside its
+  figures (such as `contract_plan.json`) stay with them.
+- `results/<device-slug>/labs/`: experiment records of the labs under `tools/` (launch-shape sweeps, ablations,
+  recipe sweeps). Each is one JSON object with at least `device`, `commit` (the commit the lab ran on: its
+  source is that commit's version of the script), `command` and `date`; the library never reads them, the
+  notebooks load them through `t4lib.results.load_labs`. A lab whose script is no longer in the tree is removed.
+- `results/<device-slug>/logs/`: logs of the runs (compute-sanitizer, Nsight Compute, SASS dumps).
+- `results/verification/<device-slug>.json`: the GPU verification ledger (`python -m t4lib verify`);
+  `results/verification/history/`: earlier entries kept because they hold evidence the current one does not
+  (a sanitizer run over every family, say); `check_ledger` reads only the current entries.
+"""
+
+LAB_KEYS = ("device", "commit", "command", "date")
+
+
+def lab_record(command: str) -> dict[str, Any]:
+    """The fields every lab record starts with: the device, the commit, the command, the date, and the hash of
+    the kernel sources the ledger verifies (which kernels ran)."""
+    from . import hw
+
+    return {"device": hw.device_info()["name"], "commit": git_commit()[0], "command": command, "date": now(),
+            "sources_sha256": current_sources_sha256()}
+
+
+def validate_lab(doc: Any, where: str = "lab record") -> None:
+    """Raise ValueError naming the first missing or malformed field of a lab record."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{where}: must be a JSON object, got {type(doc).__name__}")
+    missing = [k for k in LAB_KEYS if not doc.get(k)]
+    if missing:
+        raise ValueError(f"{where}: missing {missing} (every lab record carries {list(LAB_KEYS)})")
+    if not isinstance(doc["device"], str):
+        raise ValueError(f"{where}: device must be a string, got {doc['device']!r}")
+    if not re.fullmatch(r"[0-9a-f]{7,40}", str(doc["commit"])):
+        raise ValueError(f"{where}: commit must be a git commit hash, got {doc['commit']!r}")
+    if not isinstance(doc["command"], str) or not doc["command"].split()[0] in ("python", "python3", "bash"):
+        raise ValueError(f"{where}: command must be the command line that ran the lab, got {doc['command']!r}")
+    try:
+        _dt.datetime.fromisoformat(str(doc["date"]))
+    except ValueError:
+        raise ValueError(f"{where}: date must be ISO 8601, got {doc['date']!r}") from None
+
+
+def load_labs(device_slug: str, root: str | os.PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """Every lab record of one device, ``{file stem: record}``, each validated. The one way
+    notebooks read lab records; the library itself never does."""
+    d = (Path(root) if root else results_dir()) / device_slug / "labs"
+    out = {}
+    for p in sorted(d.glob("*.json")):
+        doc = json.loads(p.read_text())
+        validate_lab(doc, str(p))
+        out[p.stem] = doc
+    return out
+
+
+def figures_by_name(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """``{name: figure}`` of one results file, validated first (ValueError naming what is wrong)."""
+    doc = json.loads(Path(path).read_text())
+    validate(doc)
+    return {f["name"]: f for f in doc["figures"]}
+
+
+def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """Every results document under ``root`` (the verification ledger excluded)."""
+    root = Path(root) if root else results_dir()
+    out = []
+    for p in sorted(root.rglob("*.json")):
+        if "verification" in p.parts or "labs" in p.parts:
+            continue
+        doc = json.loads(p.read_text())
+        if isinstance(doc, dict) and "figures" in doc:
+            out.append((p, doc))
+    return out
+
+
+def provenance_status(doc: dict[str, Any], current: str | None = None) -> str:
+    """``current`` (measured on today's sources), ``sources changed since <commit>``, or
+    ``no provenance`` (written before files recorded it: not a failure, but not tied to a ledger).
+    A file is current only when the figures it carries over from an earlier run are too."""
+    prov = doc.get("provenance")
+    if not prov:
+        return "no provenance"
+    current = current or current_sources_sha256()
+    if prov["sources_sha256"] != current:
+        return f"sources changed since {prov['commit'][:10]}"
+    for f in doc.get("figures", []):
+        old = (f.get("carried_over") or {}).get("provenance")
+        if f.get("carried_over") and (not old or old.get("sources_sha256") != current):
+            return (f"sources changed since {old['commit'][:10]} (figures carried over)" if old
+                    else "no provenance (figures carried over)")
+    return "current" + (" (dirty tree)" if prov.get("dirty") else "")
+
+
+def report(root: str | os.PathLike | None = None) -> str:
+    """A Markdown table of every figure under ``results/``, each with its file's provenance."""
+    rows = ["| figure | value | unit | tag | device | source | provenance |", "|---|---|---|---|---|---|---|"]
+    root = Path(root) if root else results_dir()
+    current = current_sources_sha256()
+    for path, doc in load_all(root):
+        status = provenance_status(doc, current)
+        for f in doc["figures"]:
+            if f.get("carried_over"):  # measured by an earlier run: its own provenance
+                status_f = "carried over; " + provenance_status(f["carried_over"], current)
+            else:
+                status_f = status
+            v = f["value"]
+            vs = f"{v:.4g}" if isinstance(v, float) else str(v)
+            rows.append(f"| {f['name']} | {vs} | {f['unit']} | {f['tag']} | {f['device']} | "
+                        f"{path.relative_to(root)} | {status_f} |")
+    return "\n".join(rows) + "\n"
