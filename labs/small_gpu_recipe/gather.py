@@ -21,7 +21,7 @@ arms = {d.name: json.loads((d / "training_record.json").read_text())
         for d in sorted(arms_dir.iterdir()) if (d / "training_record.json").is_file()}
 chosen_arm = (arms_dir / "chosen.txt").read_text().strip()
 train = arms[chosen_arm]
-results.provenance = lambda: dict(train["provenance"])   # where the figures were measured
+# the figures keep the provenance they were measured under, not this checkout's
 MEASURED_AT = {k: train["provenance"][k] for k in ("commit", "sources_sha256")}
 device = train["device"].split("(", 1)[1].rstrip(")")
 env = dict(device=device, driver=train.get("driver", "580.159.04"), torch=train["versions"]["torch"], clocks={},
@@ -89,20 +89,20 @@ before = next(r["before"] for r in runs.values() if "before" in r)
 measured("sft/small-gpu/base/plain_exact_match", before["plain"]["open_test_1_2"]["overall"]["correct"],
          n=before["plain"]["open_test_1_2"]["overall"]["n"],
          note="the base model in its own plain format, 1-2 step test problems")
-results.write(results.results_dir() / slug / "small_gpu.json", figs,
+results.write(results.results_dir() / slug / "small_gpu.json", figs, provenance=train["provenance"],
               training=dict((k, train[k]) for k in ("n_params", "tokens_seen", "steps", "final_loss", "command",
                                                     "data_wait_seconds", "compiled", "versions")),
               sft=dict(chosen_lr=chosen, validation_grounded_by_lr=val,
                        grounded_by_structure_seed_mean={s: statistics.mean(v) for s, v in sorted(worst.items())}))
 arms_record = {**results.lab_record("bash labs/small_gpu_recipe/train_arms.sh; python labs/small_gpu_recipe/collect.py"),
                "device": device, "date": train["date"], **MEASURED_AT,
-               "note": "two pretraining arms side by side on one H200 (3400 steps of 64 x 1024 tokens each, the same "
-                       "procedural stream, lr 1e-3): small (hidden 384, 20.5M parameters) and wide (hidden 512, 8 "
-                       "heads, 28.3M); the arm with the higher validation score (mean of 1-step, 2-step and copy "
-                       "exact match) becomes the preset",
+               "note": f"{len(arms)} pretraining arms side by side on one {device} (the same procedural stream, "
+                       f"{train['steps']} steps, {train['tokens_seen']} tokens each); the arm with the higher "
+                       "validation score (mean of 1-step, 2-step and copy exact match) becomes the preset",
                "chosen": chosen_arm,
                "arms": {name: {"validation_score": open_eval.score(r["eval"]["validation"]),
                                "command": r["command"], "n_params": r["n_params"],
+                               "hidden_size": r["preset_config"]["hidden_size"],
                                "train_seconds": r["train_seconds"], "trainer_tokens_per_s": r["trainer_tokens_per_s"],
                                **{split: {k: r["eval"][split][k] for k in ("math_1step_exact", "math_2step_exact",
                                           "math_3_4step_exact", "copy_exact_match", "trap_abstention",

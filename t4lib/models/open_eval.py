@@ -14,7 +14,7 @@ left padding and the attention mask, rows grouped by prompt length.
 
 from __future__ import annotations
 
-from t4lib.models import corpus, schema
+from . import corpus, schema
 
 
 def _generate(model, tok, prompts: list[str], max_new: list[int] | int, batch_size: int, device) -> list[str]:

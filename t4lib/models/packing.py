@@ -14,7 +14,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-from t4lib.models import procedural
+from . import procedural
 
 _DOCS_PER_CHUNK = 256
 

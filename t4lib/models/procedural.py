@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from itertools import accumulate
 
-from t4lib.models import grammar, schema
-from t4lib.models.pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for
+from . import grammar, schema
+from .pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for
 
 SPLITS = ("train", "validation", "test")
 _NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
