@@ -1,4 +1,4 @@
-"""Command line: ``t4lib info | build | verify | bench | report`` (or ``python -m t4lib``)."""
+"""Command line: ``t4lib info | build | verify | bench | report | rehearse`` (or ``python -m t4lib``)."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import sys
 import traceback
 from pathlib import Path
 from t4lib.core import build, hw, results, telemetry
-from t4lib.evidence import report, verify
+from t4lib.evidence import rehearse, report, verify
 
 # Benchmark modules, each with run(out_dir) -> its figures (or the path of the results file it wrote).
 BENCHES = {
@@ -150,8 +150,12 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("report", help="Markdown table of every figure under results/")
     r.add_argument("--out")
     r.add_argument("--readme", help="regenerate the results table of this README (README.md) from results/")
+    rehearse.add_arguments(sub.add_parser(
+        "rehearse", help="dress rehearsal: every notebook's t4 profile by papermill under a T4's memory, with "
+                         "random-weight stand-ins of hub models -> results/<device>/rehearsal.json"))
     args = p.parse_args(argv)
-    return {"info": _info, "build": _build_cmd, "verify": _verify, "bench": _bench, "report": _report}[args.cmd](args)
+    return {"info": _info, "build": _build_cmd, "verify": _verify, "bench": _bench, "report": _report,
+            "rehearse": rehearse.main}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -465,7 +465,8 @@ def test_summary_rows_from_a_results_file(tmp_path):
             for c, us in (("fused", 10.0), ("unfused", 15.0), ("torch_fused", 5.0))]
     figs += [results.figure(f"{label}/speedup_vs_unfused", 1.5, "x", "ARITHMETIC", "s", note="n"),
              results.figure(f"{label}/speedup_vs_torch_fused", 0.5, "x", "ARITHMETIC", "s", note="n")]
-    doc = {"schema": results.SCHEMA_VERSION, "figures": figs}
+    doc = {"schema": results.SCHEMA_VERSION, "figures": figs,
+           "provenance": {"commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}}
     (tmp_path / "f.json").write_text(__import__("json").dumps(doc))
     assert fb.summary_rows(tmp_path / "f.json") == [
         {"shape": "896x896", "T": 2048, "fused_us": 10.0, "unfused_us": 15.0, "torch_fused_us": 5.0,

@@ -1,5 +1,6 @@
 """Model output is untrusted input: hostile answer text through every public parsing path runs no code,
 finishes fast, and never raises out of a reward function; the answer formats the data use still parse."""
+import subprocess
 import sys
 import threading
 import time
@@ -132,6 +133,33 @@ def _no_canary():
 def test_hostile_answer_runs_no_code_and_finishes(s, golds):
     _paths(s, golds)
     assert not CANARY.exists() and not hasattr(sys, MODULE_CANARY)
+
+
+# A parser that hangs (SymPy on 9^9^9 computes the power in one C call that no signal interrupts) would hang
+# the test above rather than fail it; in a child process under a wall-clock limit the hang is a failure.
+HANG_PRONE = _HUGE + _NESTING + _LONG
+CHILD = """
+import sys, time
+sys.path.insert(0, {tests!r})
+import test_hostile_answers as t
+golds = [t.ev.parse_gold(g) for g in ("7", "3/4", "$\\\\frac{{\\\\sqrt{{2}}}}{{2}}$")]
+t0 = time.perf_counter()
+for w in t.WRAPS[:2]:
+    for s in t.HANG_PRONE:
+        t._paths(w(s), golds)
+print("done", len(t.HANG_PRONE) * 2, round(time.perf_counter() - t0, 1))
+"""
+
+
+def test_huge_and_deep_answers_finish_in_a_child_under_a_wall_clock_limit():
+    code = CHILD.format(tests=str(Path(__file__).resolve().parent))
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("answer parsing hung on a huge or deeply nested answer (killed after 240 s)")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.startswith(f"done {len(HANG_PRONE) * 2}")
+    assert not CANARY.exists()
 
 
 def test_trainer_reward_functions_score_hostile_text():

@@ -96,7 +96,8 @@ def test_the_pattern_catches_typed_figures():
 
 def _write(root: Path, device="dev-a", file="bench.json", doc=None):
     fig = results.figure("bench/time", 1.25, "us", "ARITHMETIC", "tests", note="made up for the test")
-    doc = doc if doc is not None else {"schema": results.SCHEMA_VERSION, "figures": [fig]}
+    doc = doc if doc is not None else {"schema": results.SCHEMA_VERSION, "figures": [fig],
+                                       "provenance": {"commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}}
     (root / device).mkdir(parents=True, exist_ok=True)
     (root / device / file).write_text(json.dumps(doc))
 

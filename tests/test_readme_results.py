@@ -20,7 +20,8 @@ def test_readme_table_is_what_the_results_generate():
 def test_placeholders_format_figures_and_name_what_is_missing(tmp_path):
     fig = results.figure("k/t", 1298.62, "us", "ESTIMATED", "s", note="m")   # files are validated on read
     (tmp_path / "dev").mkdir()
-    (tmp_path / "dev" / "a.json").write_text(json.dumps({"schema": 1, "figures": [fig]}))
+    prov = {"commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}
+    (tmp_path / "dev" / "a.json").write_text(json.dumps({"schema": 1, "provenance": prov, "figures": [fig]}))
     assert R.render("| {{dev/a.json|k/t|.0f}} us = {{dev/a.json|k/t|.2f*0.001}} ms |", tmp_path) == "| 1299 us = 1.30 ms |"
     with pytest.raises(KeyError, match="no figure 'k/x'"):
         R.render("{{dev/a.json|k/x|.1f}}", tmp_path)
@@ -66,8 +67,8 @@ def test_sources_mark_says_whether_the_files_are_at_todays_sources(tmp_path, mon
     (tmp_path / "dev").mkdir()
     for name, prov in (("now", {"commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}),
                        ("old", {"commit": "0123456789abcdef", "dirty": False, "sources_sha256": "b" * 64}),
-                       ("none", None)):
-        doc = {"schema": 1, "figures": [fig]} | ({"provenance": prov} if prov else {})
+                       ("none", {"commit": "unrecorded", "dirty": None, "sources_sha256": "unrecorded"})):
+        doc = {"schema": 1, "provenance": prov, "figures": [fig]}
         (tmp_path / "dev" / f"{name}.json").write_text(json.dumps(doc))
     row = "| {{dev/%s.json|k/t|.1f}} | {{sources}} |"
     assert R.render(row % "now", tmp_path) == "| 2.0 | current |"

@@ -17,20 +17,23 @@ def test_results_file_schema(path):
     results.validate_file(path)
 
 
+PROV = {"commit": "0123abc", "dirty": False, "sources_sha256": "a" * 64}
+
+
 def test_figure_builder_rules():
     f = results.figure("x", 1.5, "us", "ESTIMATED", "test", note="model")
-    results.validate({"schema": 1, "figures": [f]})
+    results.validate({"schema": 1, "provenance": PROV, "figures": [f]})
     with pytest.raises(ValueError, match="needs a note"):
         results.figure("x", 1.0, "us", "ARITHMETIC", "test")
     with pytest.raises(ValueError, match="tag must be one of"):
         results.figure("x", 1.0, "us", "GUESSED", "test", note="n")
     bad = dict(f, tag="MEASURED", device="n/a")
     with pytest.raises(ValueError, match="MEASURED figure without a device"):
-        results.validate({"schema": 1, "figures": [bad]})
+        results.validate({"schema": 1, "provenance": PROV, "figures": [bad]})
     with pytest.raises(ValueError, match="missing"):
-        results.validate({"schema": 1, "figures": [{"name": "y"}]})
+        results.validate({"schema": 1, "provenance": PROV, "figures": [{"name": "y"}]})
     with pytest.raises(ValueError, match="not finite"):
-        results.validate({"schema": 1, "figures": [dict(f, value=float("nan"))]})
+        results.validate({"schema": 1, "provenance": PROV, "figures": [dict(f, value=float("nan"))]})
 
 
 def test_write_validates(tmp_path):
@@ -60,11 +63,14 @@ def test_report_marks_figures_whose_sources_changed(tmp_path):
     doc["provenance"]["sources_sha256"] = "0" * 64
     old.write_text(json.dumps(doc))
     (tmp_path / "legacy.json").write_text(json.dumps({"schema": 1, "figures": [dict(fig, name="legacy")]}))
+    unrecorded = {"commit": "unrecorded", "dirty": None, "sources_sha256": "unrecorded"}
+    (tmp_path / "unrecorded.json").write_text(json.dumps({"schema": 1, "provenance": unrecorded,
+                                                          "figures": [dict(fig, name="unrecorded")]}))
     rows = {ln.split(" | ")[0].strip("| "): ln.rsplit(" | ", 1)[1].strip(" |") for ln in
             results.report(tmp_path).splitlines()[2:]}
     assert rows["fresh"].startswith("current")
     assert rows["stale"] == f"sources changed since {doc['provenance']['commit'][:10]}"
-    assert rows["legacy"] == "no provenance"
+    assert rows["legacy"] == "no provenance" and rows["unrecorded"] == "no provenance"
 
 
 def test_provenance_schema():
@@ -74,6 +80,24 @@ def test_provenance_schema():
         results.validate({"schema": 1, "provenance": {"commit": "abc", "sources_sha256": "short"}, "figures": [fig]})
     with pytest.raises(ValueError, match="commit"):
         results.validate({"schema": 1, "provenance": {"sources_sha256": "a" * 64}, "figures": [fig]})
+
+
+def test_validation_rejects_a_file_without_provenance():
+    """Every results file records the commit and sources hash it was measured on; one written before files
+    recorded them, whose commit git history cannot establish, says 'unrecorded' explicitly, never nothing."""
+    fig = results.figure("x", 1.0, "us", "ESTIMATED", "s", note="m")
+    with pytest.raises(ValueError, match="provenance missing"):
+        results.validate({"schema": 1, "figures": [fig]})
+    results.validate({"schema": 1, "provenance": {"commit": "unrecorded", "dirty": None,
+                                                  "sources_sha256": "unrecorded"}, "figures": [fig]})
+    with pytest.raises(ValueError, match="sources_sha256"):
+        results.validate({"schema": 1, "provenance": {"commit": "abc", "sources_sha256": None}, "figures": [fig]})
+
+
+def test_every_results_file_records_commit_and_sources():
+    missing = [str(p.relative_to(ROOT)) for p in FILES
+               if not {"commit", "sources_sha256"} <= set(json.loads(p.read_text()).get("provenance") or {})]
+    assert not missing, f"results files without commit and sources hash: {missing}"
 
 
 def test_gpu_verification_ledger_matches_kernel_sources():
@@ -224,7 +248,8 @@ def test_sanitizer_runs_leave_out_speed_assertions(monkeypatch):
 
 
 def test_lab_schema_rejects_incomplete_records():
-    good = {"device": "NVIDIA H200", "commit": "0123abc", "command": "python lab.py", "date": "2026-12-01"}
+    good = {"device": "NVIDIA H200", "commit": "0123abc", "command": "python lab.py", "date": "2026-12-01",
+            "sources_sha256": "a" * 64}
     results.validate_lab(good)
     for key in results.LAB_KEYS:
         with pytest.raises(ValueError, match=key):
@@ -233,6 +258,9 @@ def test_lab_schema_rejects_incomplete_records():
         results.validate_lab(dict(good, commit="HEAD"))
     with pytest.raises(ValueError, match="date"):
         results.validate_lab(dict(good, date="yesterday"))
+    results.validate_lab(dict(good, sources_sha256="unrecorded"))
+    with pytest.raises(ValueError, match="sources_sha256"):
+        results.validate_lab(dict(good, sources_sha256="abc"))
 
 
 def test_no_lab_record_among_the_results():

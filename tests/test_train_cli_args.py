@@ -46,6 +46,8 @@ def _fails(main, argv, flag, capsys):
     (["--eval-sets", "nope"], "--eval-sets"), (["--eval-sets", "heldout_1_2,nope"], "--eval-sets"),
     (["--eval-sets", ","], "--eval-sets"), (["--traces", "nope.jsonl"], "--traces"),
     (["--method", "lora", "--loss-scale", "1024"], "a static loss_scale"),
+    (["--neftune", "nan"], "--neftune"), (["--neftune", "inf"], "--neftune"), (["--seed", "-1"], "--seed"),
+    (["--seed", str(2 ** 32)], "--seed"),
 ])
 def test_sft_rejects_before_loading(args, flag, tmp_path, no_work, capsys):
     _fails(sft.main, [*args, "--out", str(tmp_path / "r.json")], flag, capsys)
@@ -114,3 +116,18 @@ def test_short_sft_run_exits_zero(tmp_path):
                      "--batch-size", "4", "--eval-n", "1", "--eval-sets", "heldout_1_2", "--out", str(out)]) == 0
     rec = json.loads(out.read_text())
     assert rec["after"]["heldout_1_2"]["overall"]["n"] == 1 and rec["settings"]["epochs"] == 0.005
+
+
+@pytest.mark.parametrize("preset", ["tiny-cpu", "small-gpu"])
+def test_tiny_pretraining_checks_its_output_folder_first(preset, unwritable, monkeypatch):
+    """``python -m t4lib.models.tiny train --out DIR``: an unwritable DIR fails before any training (the
+    streamed presets and the others alike), naming the option."""
+    from t4lib.models import tiny
+
+    def trained(*a, **k):
+        raise AssertionError("training started before the output folder was checked")
+
+    for name in ("train_streamed", "load_tokenizer", "build_model"):
+        monkeypatch.setattr(tiny, name, trained)
+    with pytest.raises(ValueError, match="^out: cannot write"):
+        tiny.train(preset, out=unwritable)

@@ -280,6 +280,22 @@ def test_declared_transformers_floor_is_one_the_tokenizers_load_on():
     assert isinstance(tok.get("extra_special_tokens"), list)
 
 
+def test_declared_transformers_floor_is_in_the_ci_matrix():
+    """The lowest transformers pyproject.toml allows is one that ``run_all.sh test`` runs the engines' and
+    trainers' tests against (its default TRANSFORMERS_MATRIX), and that matrix runs this file."""
+    root = Path(__file__).resolve().parent.parent
+    floor = re.search(r'"transformers>=([0-9.]+)"', (root / "pyproject.toml").read_text()).group(1)
+    script = (root / "run_all.sh").read_text()
+    matrix = re.search(r'^TRANSFORMERS_MATRIX=\$\{TRANSFORMERS_MATRIX-"([^"]*)"\}', script, re.M).group(1).split()
+
+    def key(v):
+        return tuple(int(x) for x in v.split(".")) + (0,) * (3 - len(v.split(".")))
+
+    assert key(floor) in [key(v) for v in matrix], f"transformers>={floor} but the CI matrix runs {matrix}"
+    assert min(map(key, matrix)) >= key(floor), "the matrix runs a version below the declared floor"
+    assert "tests/test_untrusted_inputs.py" in script[script.index("VERSION_TESTS="):]
+
+
 # ----------------------------------------------------------------------------- constructors and options
 
 @pytest.mark.parametrize("kw,err,match", [

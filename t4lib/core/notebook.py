@@ -1,7 +1,12 @@
-"""Small helpers every notebook uses: the install cell, profile resolution and result paths."""
+"""Small helpers every notebook uses: the install cell, profile resolution, result paths, and the stamp an
+executed notebook carries (what it ran at)."""
 from __future__ import annotations
 
+import json
+import sys
 from pathlib import Path
+from typing import Any
+
 from t4lib.core import hw, results
 
 # The one repository URL; pyproject.toml's [project.urls] Repository declares the same (tested).
@@ -77,3 +82,61 @@ def figure(device: str, file: str, name: str) -> dict:
     if name not in figs:
         raise ValueError(f"name: no figure {name!r} in {path}")
     return figs[name]
+
+
+# ---------------------------------------------------------------- the stamp of an executed notebook
+
+STAMP_KEY = "t4lib"
+
+
+def run_provenance(profile: str) -> dict[str, Any]:
+    """What a notebook run is about to execute at: commit, dirty tree, sources hash (``results.provenance``), the
+    profile asked for and the one it resolves to here, and the device. Taken before the run, stamped after it."""
+    try:
+        resolved = resolve_profile(profile)
+    except (ValueError, RuntimeError) as e:
+        resolved = f"unresolved: {e}"
+    return {**results.provenance(), "profile": profile, "profile_resolved": resolved,
+            "device": hw.device_info()["name"], "device_slug": hw.device_slug(), "started": results.now()}
+
+
+def stamp(path: str | Path, before: dict[str, Any]) -> dict[str, Any]:
+    """Write ``metadata["t4lib"]`` into the executed notebook at ``path`` (atomically): the provenance ``before``
+    (:func:`run_provenance`, taken before the run) and the time it finished. Sources edited while it ran are said
+    so (``sources_sha256_after``, ``dirty``: True), never passed off as the ones it started with. Returns the stamp."""
+    path = Path(path)
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise ValueError(f"path: {path} is not a notebook (no 'cells' list)")
+    missing = [k for k in ("commit", "dirty", "sources_sha256", "profile", "device") if k not in before]
+    if missing:
+        raise ValueError(f"before: missing {missing} (take it with run_provenance before the run)")
+    mark = {**before, "finished": results.now()}
+    after = results.provenance()
+    if after["sources_sha256"] != before["sources_sha256"]:
+        mark.update(sources_sha256_after=after["sources_sha256"], dirty=True)
+    if after["commit"] != before["commit"]:
+        mark["commit_after"] = after["commit"]
+    nb.setdefault("metadata", {})[STAMP_KEY] = mark
+    # as nbformat writes a notebook: sorted keys, one-space indent, non-ASCII kept
+    results.atomic_write_text(path, json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n")
+    return mark
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m t4lib.core.notebook provenance PROFILE`` prints :func:`run_provenance` as JSON;
+    ``python -m t4lib.core.notebook stamp NOTEBOOK JSON`` stamps an executed notebook with it (run_all.sh does both
+    around each papermill run)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 2 and argv[0] == "provenance":
+        print(json.dumps(run_provenance(argv[1])))
+        return 0
+    if len(argv) == 3 and argv[0] == "stamp":
+        stamp(argv[1], json.loads(argv[2]))
+        return 0
+    print("usage: python -m t4lib.core.notebook provenance PROFILE | stamp NOTEBOOK PROVENANCE_JSON", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -14,8 +14,10 @@ every file under ``results/``.
 
 ``provenance`` ties a file to the code it was measured with: the git commit
 (and whether tracked files differed from it) and the GPU verification ledger's
-sources hash (:mod:`t4lib.core.provenance`). ``report`` marks the figures whose sources
-changed since; files written before provenance existed are marked as such.
+sources hash (:mod:`t4lib.core.provenance`). Every file carries it (validation rejects
+one without); a file written before provenance existed, whose commit git history
+cannot establish, says so with the explicit value ``"unrecorded"``. ``report`` marks
+the figures whose sources changed since, and those whose provenance is unrecorded.
 
 Every file is written whole or not at all (:func:`atomic_write_text`): a
 temporary file beside it, renamed over it. A run that fails part-way keeps
@@ -42,6 +44,9 @@ from t4lib.core import hw, telemetry
 TAGS = ("MEASURED", "ESTIMATED", "ARITHMETIC")
 SCHEMA_VERSION = 1
 REQUIRED = ("name", "value", "unit", "tag", "device", "driver", "torch", "clocks", "throttle", "when", "source")
+# The explicit value of a provenance field (commit, sources hash) that was not recorded when the file was written
+# and cannot be established since: never a guess.
+UNRECORDED = "unrecorded"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -193,12 +198,7 @@ def validate(doc: dict[str, Any]) -> None:
     """Raise ValueError naming the first problem in a results document."""
     if doc.get("schema") != SCHEMA_VERSION:
         raise ValueError(f"schema must be {SCHEMA_VERSION}, got {doc.get('schema')!r}")
-    prov = doc.get("provenance")
-    if prov is not None:  # optional: files written before it existed carry none
-        if not isinstance(prov, dict) or not isinstance(prov.get("commit"), str) or not prov["commit"]:
-            raise ValueError(f"provenance must be a dict with a 'commit' string, got {prov!r}")
-        if not re.fullmatch(r"[0-9a-f]{64}", str(prov.get("sources_sha256"))):
-            raise ValueError(f"provenance.sources_sha256 must be a sha256 hex digest, got {prov.get('sources_sha256')!r}")
+    _validate_provenance(doc.get("provenance"))
     figs = doc.get("figures")
     if not isinstance(figs, list):
         raise ValueError("'figures' must be a list")
@@ -220,6 +220,17 @@ def validate(doc: dict[str, Any]) -> None:
             raise ValueError(f"{where}: value is not finite")
         if not isinstance(f["throttle"], list) or not isinstance(f["clocks"], dict):
             raise ValueError(f"{where}: 'throttle' must be a list and 'clocks' a dict")
+
+
+def _validate_provenance(prov: Any) -> None:
+    if prov is None:
+        raise ValueError("provenance missing: every results file records the commit and sources hash it was measured "
+                         f"on (results.write adds them; {UNRECORDED!r} where they cannot be established)")
+    if not isinstance(prov, dict) or not isinstance(prov.get("commit"), str) or not prov["commit"]:
+        raise ValueError(f"provenance must be a dict with a 'commit' string, got {prov!r}")
+    sources = prov.get("sources_sha256")
+    if sources != UNRECORDED and not re.fullmatch(r"[0-9a-f]{64}", str(sources)):
+        raise ValueError(f"provenance.sources_sha256 must be a sha256 hex digest or {UNRECORDED!r}, got {sources!r}")
 
 
 def validate_file(path: str | os.PathLike) -> None:
@@ -250,11 +261,12 @@ LAYOUT_MD = """\
 
 Experiments outside the package (the labs: launch-shape sweeps, ablations, recipe sweeps) keep their records
 beside their scripts in the repository, not here; each record carries at least `device`, `commit` (its source is
-that commit's version of the script), `command` and `date`, and the library reads none of them. A lab named on
+that commit's version of the script), `command`, `date` and `sources_sha256` (`unrecorded` in records written
+before labs recorded it), and the library reads none of them. A lab named on
 this page (the `gemv` lab, say) is the repository folder of that name among them.
 """
 
-LAB_KEYS = ("device", "commit", "command", "date")
+LAB_KEYS = ("device", "commit", "command", "date", "sources_sha256")
 
 
 def lab_record(command: str) -> dict[str, Any]:
@@ -271,6 +283,9 @@ def validate_lab(doc: Any, where: str = "lab record") -> None:
     missing = [k for k in LAB_KEYS if not doc.get(k)]
     if missing:
         raise ValueError(f"{where}: missing {missing} (every lab record carries {list(LAB_KEYS)})")
+    if doc["sources_sha256"] != UNRECORDED and not re.fullmatch(r"[0-9a-f]{64}", str(doc["sources_sha256"])):
+        raise ValueError(f"{where}: sources_sha256 must be a sha256 hex digest or {UNRECORDED!r}, "
+                         f"got {doc['sources_sha256']!r}")
     if not isinstance(doc["device"], str):
         raise ValueError(f"{where}: device must be a string, got {doc['device']!r}")
     if not re.fullmatch(r"[0-9a-f]{7,40}", str(doc["commit"])):
@@ -305,10 +320,10 @@ def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str
 
 def provenance_status(doc: dict[str, Any], current: str | None = None) -> str:
     """``current`` (measured on today's sources), ``sources changed since <commit>``, or
-    ``no provenance`` (written before files recorded it: not a failure, but not tied to a ledger).
+    ``no provenance`` (written before files recorded it, its sources hash ``unrecorded``: not tied to a ledger).
     A file is current only when the figures it carries over from an earlier run are too."""
     prov = doc.get("provenance")
-    if not prov:
+    if not prov or prov.get("sources_sha256") == UNRECORDED:
         return "no provenance"
     current = current or current_sources_sha256()
     if prov["sources_sha256"] != current:
@@ -316,8 +331,8 @@ def provenance_status(doc: dict[str, Any], current: str | None = None) -> str:
     for f in doc.get("figures", []):
         old = (f.get("carried_over") or {}).get("provenance")
         if f.get("carried_over") and (not old or old.get("sources_sha256") != current):
-            return (f"sources changed since {old['commit'][:10]} (figures carried over)" if old
-                    else "no provenance (figures carried over)")
+            return (f"sources changed since {old['commit'][:10]} (figures carried over)"
+                    if old and old.get("sources_sha256") != UNRECORDED else "no provenance (figures carried over)")
     return "current" + (" (dirty tree)" if prov.get("dirty") else "")
 
 

@@ -347,6 +347,7 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
             raise ValueError(f"steps must be a positive integer, got {steps!r}")
         p = replace(p, steps=steps, warmup=min(p.warmup, max(1, steps // 10)))
     out = Path(out) if out is not None else checkpoint_dir(p.name)
+    results.check_writable(out, "out", directory=True)  # before training, not after it
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if p.threads and device == "cpu":
         torch.set_num_threads(p.threads)
@@ -410,7 +411,7 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
         record["eval_seconds"] = round(time.time() - t_eval, 1)
     record["wall_seconds"] = round(time.time() - t0, 1)
     save(model, tok, out)
-    (out / "training_record.json").write_text(json.dumps(record, indent=2) + "\n")
+    results.write_json(out / "training_record.json", record, indent=2)
     try:
         plot_loss(losses, out / "loss_curve.png", f"{p.name}: {record['n_params'] / 1e6:.2f}M params, {p.steps} steps")
     except ImportError as err:  # matplotlib missing: the checkpoint and record are already saved
@@ -617,7 +618,7 @@ def main(argv=None):
             rec.update(eval=res, eval_seconds=round(time.time() - t_eval, 1),
                        eval_weights="the saved fp16 checkpoint, computed in fp32",
                        eval_command=f"python -m t4lib.models.tiny eval --model {a.model} --preset {a.preset}")
-            rec_path.write_text(json.dumps(rec, indent=2) + "\n")
+            results.write_json(rec_path, rec, indent=2)
             print(f"updated {rec_path}")
 
 

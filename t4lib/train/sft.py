@@ -535,8 +535,8 @@ def main(argv=None):
     _check_args(ap, a)
     if a.adam_beta2 is not None and not 0 <= a.adam_beta2 < 1:
         ap.error(f"--adam-beta2 must be in [0, 1), got {a.adam_beta2:g}")
-    if a.neftune is not None and a.neftune <= 0:
-        ap.error(f"--neftune must be > 0, got {a.neftune}")
+    if a.neftune is not None and not (math.isfinite(a.neftune) and a.neftune > 0):
+        ap.error(f"--neftune must be > 0 and finite, got {a.neftune}")
     if a.max_grad_norm is not None and not a.max_grad_norm >= 0:
         ap.error(f"--max-grad-norm must be >= 0 (0: no clipping), got {a.max_grad_norm:g}")
     if a.loss_scale is not None and not is_power_of_two(a.loss_scale):
@@ -578,6 +578,8 @@ def _check_args(ap, a) -> None:
     for flag, v, low in (("--batch-size", a.batch_size, 1), ("--r", a.r, 1), ("--replay", a.replay, 0)):
         if v < low:
             ap.error(f"{flag} must be >= {low}, got {v}")
+    if not 0 <= a.seed < 2 ** 32:  # the Trainer's set_seed takes no other, and would fail after the model loads
+        ap.error(f"--seed must be in [0, 2**32), got {a.seed}")
     if a.eval_n is not None and a.eval_n < 1:
         ap.error(f"--eval-n must be >= 1 (leave it out to evaluate every record), got {a.eval_n}")
     if not (math.isfinite(a.weight_decay) and a.weight_decay >= 0):

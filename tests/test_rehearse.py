@@ -1,0 +1,181 @@
+"""The dress rehearsal (``python -m t4lib rehearse``) on a machine without a GPU: the hub stand-ins load through
+the library's loading path offline, every hub id the notebooks name has a committed configuration, the plan
+covers every notebook, a failed notebook is recorded as failed, and bad arguments are named."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from t4lib import cli
+from t4lib.core import results
+from t4lib.evidence import hub_standins, rehearse
+from t4lib.models import shapes
+
+TINY = {"id": "Org/Tiny-0.1B", "source": "test", "tokenizer_size": 1500,
+        "config": {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1536,
+                   "max_position_embeddings": 256, "tie_word_embeddings": True, "torch_dtype": "float32"}}
+
+
+def test_standin_loads_offline_through_the_library(tmp_path):
+    hub_standins.write_standin(tmp_path, TINY["id"], TINY)
+    assert (tmp_path / "models--Org--Tiny-0.1B" / "refs" / "main").read_text() == hub_standins.revision(TINY)
+    code = ("from t4lib import models; from transformers import AutoConfig\n"
+            "m, t = models.load('Org/Tiny-0.1B')\n"
+            "c = AutoConfig.from_pretrained('Org/Tiny-0.1B')\n"
+            "print(type(m).__name__, c.hidden_size, m.config.vocab_size, len(t), t.eos_token_id == m.config.eos_token_id)")
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       cwd=results.REPO_ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["Qwen2ForCausalLM", "32", "1536", "1500", "True"]
+
+
+def test_padded_tokenizer_tokenizes_like_the_project_tokenizer(tmp_path):
+    from transformers import AutoTokenizer
+
+    tok = hub_standins.write_tokenizer(tmp_path, 5000)
+    ref = AutoTokenizer.from_pretrained(str(hub_standins.TOKENIZER_SRC))
+    text = "<|im_start|>user\nWhat is 47 + 29?<|im_end|>\n"
+    assert len(tok) == 5000 and tok(text)["input_ids"] == ref(text)["input_ids"]
+    with pytest.raises(ValueError, match="size"):
+        hub_standins.write_tokenizer(tmp_path / "small", 10)
+
+
+def test_every_hub_id_the_notebooks_name_has_a_committed_config():
+    specs = hub_standins.configs()
+    named = {i for nb in rehearse.notebooks() for i in hub_standins.hub_ids(nb)}
+    assert "Qwen/Qwen2.5-Math-1.5B" in named  # notebook 06's t4 profile
+    assert named <= set(specs), f"no committed configuration for {sorted(named - set(specs))}"
+    for i, spec in specs.items():
+        c = spec["config"]
+        assert spec["tokenizer_size"] <= c["vocab_size"] and c["hidden_size"] % c["num_attention_heads"] == 0, i
+    # the same public configuration the benchmarks build their Qwen2.5-0.5B shape from
+    half = specs["Qwen/Qwen2.5-0.5B-Instruct"]["config"]
+    assert {k: half[k] for k in shapes.QWEN25_05B} == shapes.QWEN25_05B
+
+
+def test_hub_ids_are_model_ids_only(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('M = "Qwen/Qwen2.5-7B-Instruct"  # or "openai/gsm8k", "GB/s", "w/M1"')]
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    assert hub_standins.hub_ids(tmp_path / "x.ipynb") == ["Qwen/Qwen2.5-7B-Instruct"]
+
+
+def test_dry_run_plans_every_notebook(capsys):
+    assert cli.main(["rehearse", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    names = [p.name for p in rehearse.notebooks()]
+    assert len(names) == 9 and all(f"{n:34s} t4 " in out for n in names)
+    assert "05_grpo_cp_hybrid.ipynb            kaggle-2xt4" in out
+    assert "Qwen/Qwen2.5-Math-1.5B -> " in out and "T4LIB_REHEARSE_MEM_GIB=15" in out and "HF_HUB_OFFLINE=1" in out
+    assert all(f"  {n[:2]}: " in out for n in names)  # a generation-length line per notebook
+
+
+def _fake_papermill(fail: set[str]):
+    """A papermill stand-in: writes the executed copy (cell 2 failed for notebooks in ``fail``) and the
+    kernel's peak file, as the real run and the startup file do."""
+    def run(r, dest, env, timeout, log):
+        nb = nbformat.read(r.notebook, as_version=4)
+        bad = r.notebook.name[:2] in fail
+        for i, c in enumerate(nb.cells):
+            c.metadata["papermill"] = {"status": "failed" if bad and i == 2 else "completed", "exception": bad and i == 2}
+            if bad and i == 2:
+                c.outputs = [nbformat.v4.new_output("error", ename="OutOfMemoryError", evalue="CUDA out of memory",
+                                                    traceback=[])]
+        nbformat.write(nb, dest)
+        Path(env["T4LIB_REHEARSE_PEAK_FILE"]).write_text(json.dumps(
+            {"max_allocated": 2**30, "max_reserved": 3 * 2**30, "budget": 15 * 2**30}))
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("papermill log\n")
+        return {"rc": 1 if bad else 0, "timed_out": False}
+    return run
+
+
+def test_a_failed_notebook_is_recorded_and_the_exit_code_says_so(tmp_path):
+    runs = rehearse.plan(["00", "01"], ["t4"])
+    rc = rehearse.rehearse(runs, tmp_path, tmp_path / "hub", 60, 2.6e12, runner=_fake_papermill({"01"}))
+    assert rc == 1
+    doc = json.loads((tmp_path / "rehearsal.json").read_text())
+    results.validate(doc)
+    assert doc["provenance"]["commit"]
+    ok, bad = doc["runs"]["00_environment/t4"], doc["runs"]["01_kernel_kats/t4"]
+    assert ok["status"] == "completed" and bad["status"] == "failed"
+    assert bad["failed_cell"]["cell"] == 2 and "OutOfMemoryError" in bad["failed_cell"]["error"]
+    assert (tmp_path / "rehearsal" / "00_environment.ipynb").is_file()
+    assert (tmp_path / "rehearsal" / "01_kernel_kats.failed.ipynb").is_file()
+    assert any("01_kernel_kats/t4: failed at cell 2" in e for e in doc["errors"])
+    figs = {f["name"]: f for f in doc["figures"]}
+    for nb in ("00_environment", "01_kernel_kats"):
+        assert figs[f"rehearsal/{nb}/peak_gib"]["value"] == 3.0
+        assert figs[f"rehearsal/{nb}/gpu_seconds"]["tag"] == "MEASURED"
+        assert figs[f"rehearsal/{nb}/t4_projected_minutes"]["tag"] == "ESTIMATED"
+    assert figs["rehearsal/01_kernel_kats/gpu_seconds"]["status"] == "failed"
+
+    # a later rehearsal of one notebook keeps the other's records
+    assert rehearse.rehearse(rehearse.plan(["01"], ["t4"]), tmp_path, tmp_path / "hub", 60, 2.6e12,
+                             runner=_fake_papermill(set())) == 0
+    doc = json.loads((tmp_path / "rehearsal.json").read_text())
+    assert doc["runs"]["01_kernel_kats/t4"]["status"] == "completed" and "00_environment/t4" in doc["runs"]
+    assert {f["name"] for f in doc["figures"]} >= set(figs)
+
+
+def test_t4_projection_scales_only_the_busy_time():
+    assert rehearse.t4_projection_s(100, 0.5, 2.6e12) == pytest.approx(50 + 50 * 10)
+    assert rehearse.t4_projection_s(100, None, 2.6e11) == pytest.approx(100)  # no reading: all busy
+
+
+@pytest.mark.parametrize("argv, named", [
+    (["rehearse", "42", "--dry-run"], "argument notebooks: no notebook numbered '42'"),
+    (["rehearse", "--timeout", "0", "--dry-run"], "argument --timeout: must be a positive"),
+    (["rehearse", "--profiles", "colab", "--dry-run"], "argument --profiles: invalid choice: 'colab'"),
+    (["rehearse", "--param", "05:STEPS", "--dry-run"], "argument --param: must read NN:NAME=VALUE"),
+    (["rehearse", "--param", "42:STEPS=1", "--dry-run"], "argument --param: no notebook numbered '42'"),
+])
+def test_argument_errors_name_the_argument(argv, named, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(argv)
+    assert e.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_a_parameter_reaches_its_notebook_only():
+    runs = rehearse.plan(["04", "05"], ["t4"], [rehearse.parameter("05:STEPS=10"), rehearse.parameter("05:X=a b")])
+    assert [r.parameters for r in runs] == [{"PROFILE": "t4"}, {"PROFILE": "t4", "STEPS": 10, "X": "a b"}]
+
+
+def test_notebook_numbers_read_as_two_digits():
+    assert rehearse.notebook_number("6") == "06"
+    assert [r.notebook.name[:2] for r in rehearse.plan(["06"], rehearse.PROFILES)] == ["06"]  # 06 has no kaggle profile
+
+
+def test_startup_file_caps_memory_and_lets_kaggle_run_on_one_gpu(tmp_path, monkeypatch):
+    """The kernel's startup file, run as IPython runs it, against a pretend one-GPU torch of 141 GiB."""
+    import torch
+    from types import SimpleNamespace
+    from t4lib.core import notebook
+
+    fractions, hooks = [], []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda d: SimpleNamespace(total_memory=141 * 2**30))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction", lambda f, d: fractions.append((f, d)))
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda d: 2**30)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda d: 2 * 2**30)
+    monkeypatch.setattr(notebook, "resolve_profile", notebook.resolve_profile)  # restored after the test
+    env = rehearse.environment(tmp_path, tmp_path, tmp_path / "peak.json", "kaggle-2xt4")
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    ip = SimpleNamespace(events=SimpleNamespace(register=lambda event, fn: hooks.append((event, fn))))
+    ns = {"get_ipython": lambda: ip}
+    exec(compile(rehearse.STARTUP_FILE.read_text(), "startup", "exec"), ns)
+
+    assert fractions == [(pytest.approx(15 / 141), 0)]
+    assert notebook.resolve_profile("kaggle-2xt4") == "kaggle-2xt4"
+    [(event, write_peak)] = hooks
+    write_peak(None)
+    assert event == "post_run_cell" and json.loads((tmp_path / "peak.json").read_text())["max_reserved"] == 2 * 2**30
+    assert not {"_os", "_notebook", "_t4lib_rehearsal"} & set(ns)  # none of its names left in the kernel's namespace
