@@ -83,6 +83,11 @@ def _bench(args) -> int:
         print(f"unknown benchmark {unknown[0]!r}; known: {list(BENCHES)}", file=sys.stderr)
         return 2
     out = Path(args.out) if args.out else results.results_dir() / hw.device_slug()
+    try:  # before any benchmark runs, not after them
+        results.check_writable(out, "--out", directory=True)
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
     status = 0
     for name in names:
         try:
@@ -111,6 +116,12 @@ def _report(args) -> int:
         print(f"{args.readme}: results table {'regenerated' if changed else 'already current'}")
         return 0
 
+    if args.out:
+        try:
+            results.check_writable(args.out, "--out")
+        except ValueError as e:
+            print(e, file=sys.stderr)
+            return 2
     text = results.report()
     if args.out:
         results.atomic_write_text(args.out, "# Results\n\n" + results.LAYOUT_MD + "\n" + report.records()

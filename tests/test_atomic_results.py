@@ -173,14 +173,29 @@ def test_atomic_write_keeps_the_umask_permissions(tmp_path):
     assert p.stat().st_mode & 0o777 == 0o666 & ~mask
 
 
+def test_a_plot_that_fails_to_render_leaves_the_previous_one(tmp_path):
+    class Broken:
+        def savefig(self, buf, **kw):
+            buf.write(b"half a png")
+            raise RuntimeError("renderer failed")
+
+    class Good:
+        def savefig(self, buf, format, **kw):
+            buf.write(f"a {format} plot".encode())
+
+    p = results.save_figure(Good(), tmp_path / "loss.png", dpi=90)
+    assert p.read_bytes() == b"a png plot"
+    with pytest.raises(RuntimeError):
+        results.save_figure(Broken(), p)
+    assert p.read_bytes() == b"a png plot" and [q.name for q in tmp_path.iterdir()] == ["loss.png"]
+
+
 #: writes in the library that are not results files, each with why it may write in place
 NOT_RESULTS = {
     ("t4lib/models/tiny.py", "write_bytes("): "a checkpoint's tokenizer config, beside save_pretrained's files",
     ("t4lib/train/grpo.py", 'open(Path(logs) / f"grpo_{arm}_s{seed}.log", "w")'): "one run's log",
     ("t4lib/core/notebook.py", 'open("torch-constraint.txt", "w")'): "pip's constraint file in Colab",
     ("t4lib/evidence/rehearse.py", 'open(log, "w")'): "one rehearsal run's papermill log",
-    ("t4lib/models/tiny.py", ".savefig("): "a loss plot redrawn from the training record",
-    ("t4lib/pacing/report.py", ".savefig("): "plots redrawn from pacing_sweep.json",
     # whole files ("": any write in them)
     ("t4lib/evidence/hub_standins.py", ""): "stand-in checkpoints in a scratch Hugging Face cache, no results",
     ("t4lib/evidence/rehearsal_startup.py", ""): "its own temporary file and os.replace, in a kernel's startup",
@@ -322,6 +337,18 @@ def test_bench_exits_nonzero_when_nothing_succeeded(tmp_path, monkeypatch, capsy
     assert cli.main(["bench", "good", "--out", str(tmp_path)]) == 0
     ran.clear()
     assert cli.main(["bench", "good", "nope", "--out", str(tmp_path)]) == 2 and ran == []  # checked first
+
+
+def test_bench_and_report_check_out_before_the_work(tmp_path, monkeypatch, capsys):
+    ran = []
+    _fake_bench(monkeypatch, "good", lambda out: ran.append("good") or [fig("g")])
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    assert cli.main(["bench", "good", "--out", str(blocker / "sub")]) == 2 and ran == []
+    assert "--out" in capsys.readouterr().err
+    assert cli.main(["report", "--out", str(blocker / "README.md")]) == 2
+    assert "--out" in capsys.readouterr().err
+    assert blocker.read_text() == "x"
 
 
 def _arm_record(arm, seed):

@@ -66,6 +66,8 @@ def test_sft_rejects_unwritable_paths_before_loading(tmp_path, unwritable, no_wo
     (["arm", "--prompts-per-step", "0"], "--prompts-per-step"), (["arm", "--n-math-eval", "-1"], "--n-math-eval"),
     (["all", "--steps", "0"], "--steps"), (["all", "--lr", "0"], "--lr"),
     (["all", "--step-steps", "0"], "--step-steps"),
+    (["arm", "--seed", "-1"], "--seed"), (["all", "--seeds", "0", "-1"], "--seeds"),
+    (["all", "--arms", "fp16", "fp16"], "--arms"), (["all", "--seeds", "1", "1"], "--seeds"),
 ])
 def test_grpo_rejects_before_loading(args, flag, tmp_path, no_work, capsys):
     extra = ["--logs", str(tmp_path / "logs")] if args[0] == "all" else []

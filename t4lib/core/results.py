@@ -28,6 +28,7 @@ the figures it did not re-measure (:func:`write`'s ``merge``), each marked
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 import math
 import os
@@ -110,13 +111,18 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file in the same directory, flushed to disk and renamed
     over ``path`` (``os.replace``, atomic on POSIX and Windows): a crash, a full disk or a reader at any moment
     sees the previous file or the complete new one, never a part. Returns ``path``."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    """:func:`atomic_write_text` for bytes (a plot, say)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     # created by open() so that it takes the umask's permissions, as a plain write would
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with open(tmp, "x", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "xb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -127,6 +133,14 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             pass
         raise
     return path
+
+
+def save_figure(fig, path: str | os.PathLike, **savefig_kw: Any) -> Path:
+    """A matplotlib figure rendered in memory, then written by :func:`atomic_write_bytes` (the format from the
+    suffix): a failed render or write leaves the previous plot."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **savefig_kw)
+    return atomic_write_bytes(path, buf.getvalue())
 
 
 def write_json(path: str | os.PathLike, obj: Any, *, indent: int | None = 1, **dumps_kw: Any) -> Path:

@@ -299,7 +299,7 @@ def plot_loss(losses, path, title):
     ax.set_title(title)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    results.save_figure(fig, path, dpi=90)
     plt.close(fig)
 
 

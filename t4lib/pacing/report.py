@@ -178,7 +178,7 @@ def plot(sweep: dict, out_dir: str | Path | None = None, show: bool = False) -> 
         if out_dir is not None:
             p = Path(out_dir) / fname
             p.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(p, dpi=110)
+            results.save_figure(fig, p, dpi=110)
             saved.append(p)
         if not show:
             plt.close(fig)

@@ -401,6 +401,12 @@ def _positive_int(name: str, v, low: int = 1) -> None:
         raise ValueError(f"{name} must be an int >= {low}, got {v!r}")
 
 
+def _seed(name: str, seed) -> None:
+    """ValueError naming ``name`` unless ``seed`` is one transformers' set_seed takes (numpy's range)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2 ** 32:
+        raise ValueError(f"{name} must be an int in [0, 2**32), got {seed!r}")
+
+
 def check_run_args(*, arm="cp_hybrid", steps=1, num_generations=8, prompts_per_step=8, max_completion_length=48,
                    learning_rate=2e-5, temperature=1.0, n_math=0, n_math_eval=0,
                    honesty="honesty_rl.jsonl") -> None:
@@ -769,9 +775,15 @@ def _check_args(ap, a) -> None:
         if a.cmd == "arm":
             check_run_args(arm=a.arm, steps=a.steps, prompts_per_step=a.prompts_per_step, learning_rate=a.lr,
                            n_math_eval=a.n_math_eval, honesty=a.honesty)
+            _seed("--seed", a.seed)
         elif a.cmd == "all":
             check_run_args(steps=a.steps, learning_rate=a.lr, honesty=a.honesty)
             _positive_int("--step-steps", a.step_steps)
+            for seed in a.seeds:
+                _seed("--seeds", seed)
+            for flag, values in (("--arms", a.arms), ("--seeds", a.seeds)):
+                if len(set(values)) != len(values):  # a repeat would run twice onto the same log and record
+                    raise ValueError(f"{flag} repeats a value: {values}")
             results.check_writable(a.logs, "--logs", directory=True)
         results.check_writable(a.out, "--out")
     except ValueError as e:
