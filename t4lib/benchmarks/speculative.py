@@ -338,10 +338,11 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
             note="StaticEngine time to the first token per prompt (prefill + first choice), mean")
         fig(f"{label}/b1/prefill_s", ms["prefill_s"] / len(ps), "s", prefill_graph=ms["prefill_graph"],
             note="speculative engine prefill + first choice per prompt, mean")
-        fig(f"{label}/b1/draft_time_fraction", ms["draft_s"] / ms["total_s"], "fraction",
+        fig(f"{label}/b1/draft_time_fraction", ms["draft_s"] / ms["total_s"], "fraction", "ARITHMETIC",
             note=("device rounds: drafting runs inside the round graphs and is counted in the verify time"
                   if eng.device_rounds else "host drafting time / total time"))
-        fig(f"{label}/b1/verify_time_fraction", ms["verify_s"] / ms["total_s"], "fraction")
+        fig(f"{label}/b1/verify_time_fraction", ms["verify_s"] / ms["total_s"], "fraction", "ARITHMETIC",
+            note="verify time / total time, both MEASURED")
         log(f"PLD b1 {kind}: {rate:.0f} tok/s ({t_se[kind] / t:.2f}x engine greedy; after the first token "
             f"{se_split[kind]['decode_s'] / after:.2f}x), {ms['tokens_per_forward']:.2f} tok/forward, identical "
             f"{ex['identical']}/{ex['n']}; prefill {ms['prefill_s']:.3f} s (graph: {ms['prefill_graph']}) "

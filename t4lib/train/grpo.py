@@ -613,7 +613,9 @@ def write_results(path, recs: list[dict], speed: dict | None = None, step: dict 
         for k, unit in (("abstention", "fraction"), ("false_abstention", "fraction"), ("abstain_any", "fraction"),
                         ("answerable_accuracy_delta", "fraction"), ("math_heldout_accuracy_delta", "fraction"),
                         ("final_train_reward", "reward"), ("gpu_peak_mem_bytes", "bytes")):
-            figs.append(results.figure(f"grpo/{model_id}/{arm}/{k}", s[k][0], unit, "MEASURED", src, env=env,
+            # a mean over seeds is arithmetic on the measured runs; one seed's value is the measurement
+            figs.append(results.figure(f"grpo/{model_id}/{arm}/{k}", s[k][0], unit,
+                                       "ARITHMETIC" if n > 1 else "MEASURED", src, env=env,
                                        note=f"mean of {n} seeds {s['seeds']}: {s[k][1]}", seeds=s[k][1]))
     if speed:
         figs.append(results.figure("grpo/rollout/qwen2.5-1.5b-shape/engine_speedup_vs_hf_generate",
