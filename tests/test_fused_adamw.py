@@ -399,6 +399,7 @@ def test_layer_10_steps_match_autograd_adamw_on_gpu(fused):
 
 def test_ncu_log_parsing():
     from t4lib.benchmarks import fused_adamw as fb
+    from t4lib.core import timing
 
     log = """==PROF== Connected to process
   void (anonymous namespace)::fused_adamw_gemm_kernel<true>((anonymous namespace)::Operand) (196, 1, 1)x(128, 1, 1)
@@ -423,7 +424,7 @@ def test_ncu_log_parsing():
     assert rows[3] == {"kernel": "ws", "stall_long_scoreboard_pct": 12.5, "stall_barrier_pct": 30.0}
     assert rows[0] == {"kernel": "fused", "dram_read": 1e6, "dram_write": 2.5e6, "time_s": 12e-6,
                        "stall_long_scoreboard_pct": 50.0}
-    figs = fb._stall_figures("s", rows[0], rows[3], {"device": "x", "driver": "d", "torch": "t", "clocks": {},
+    figs = timing.stall_figures("fused_adamw", ("fused_adamw_gemm", "fused_adamw_ws"), "s", rows[0], rows[3], {"device": "x", "driver": "d", "torch": "t", "clocks": {},
                                                       "throttle": []}, "src")
     ratio = [f for f in figs if f["name"] == "warp_specialized/fused_adamw/s/long_scoreboard_stall_ratio"]
     assert ratio[0]["value"] == 0.25 and ratio[0]["tag"] == "ARITHMETIC"

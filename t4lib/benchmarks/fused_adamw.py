@@ -34,9 +34,8 @@ SHAPES = [(896, 896), (128, 896), (4864, 896), (896, 4864)]
 TOKENS = [2048, 8192]
 NCU_PROBES = [(4864, 896, 2048), (896, 896, 8192)]  # (N, K, T)
 HP = dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2)
-STALLS = ("long_scoreboard", "barrier")
 NCU_METRICS = ",".join(["dram__bytes_read.sum", "dram__bytes_write.sum", "gpu__time_duration.sum"] +
-                       [f"smsp__warp_issue_stalled_{s}_per_warp_active.pct" for s in STALLS])
+                       [f"smsp__warp_issue_stalled_{s}_per_warp_active.pct" for s in timing.STALLS])
 NCU_CMD = (f"ncu --clock-control none --cache-control all --print-units base --metrics {NCU_METRICS} "
            f"--kernel-name regex:'fused_adamw_gemm_kernel|fused_adamw_ws_kernel|adamw_update_kernel' "
            f"python3 -m t4lib.benchmarks.fused_adamw --ncu-probe")
@@ -206,33 +205,14 @@ def figures_from_ncu_log(text: str) -> list[dict]:
                                             f"({in_bytes / params:.2f} bytes per parameter if read once); writes "
                                             f"still in L2 when the kernel ends are not counted"))
         if ws.get("kernel") == "ws":
-            figs += _stall_figures(f"{N}x{K}xT{T}", group[0], ws, env, src)
+            figs += timing.stall_figures("fused_adamw", ("fused_adamw_gemm", "fused_adamw_ws"), f"{N}x{K}xT{T}",
+                                          group[0], ws, env, src)
         predicted = BYTES_PER_PARAM["unfused"] - BYTES_PER_PARAM["fused"]
         figs.append(results.figure(f"{label}/dram_bytes_saved_per_param", (tot["unfused"] - tot["fused"]) / params,
                                    "bytes", "ARITHMETIC", src,
                                    note=f"measured unfused (a) minus measured fused bytes per parameter (the access "
                                         f"pattern predicts {predicted}; writes still in L2 when a kernel ends are "
                                         f"not counted)"))
-    return figs
-
-
-def _stall_figures(shape: str, plain: dict, ws: dict, env: dict, src: str) -> list[dict]:
-    """Warp-stall shares (percent of active warp cycles) of the plain and warp-specialized fused kernels."""
-    figs = []
-    for stall in STALLS:
-        key = f"stall_{stall}_pct"
-        if key not in plain or key not in ws:
-            continue
-        for name, row in (("fused_adamw_gemm", plain), ("fused_adamw_ws", ws)):
-            figs.append(results.figure(f"warp_specialized/{name}/{shape}/{stall}_stall_pct", row[key], "%",
-                                       "MEASURED", src, env=env,
-                                       note=f"smsp__warp_issue_stalled_{stall}_per_warp_active.pct: share of "
-                                            f"active warp cycles stalled on it, all warps (producers too)"))
-        if plain[key] > 0:
-            figs.append(results.figure(f"warp_specialized/fused_adamw/{shape}/{stall}_stall_ratio",
-                                       ws[key] / plain[key], "x", "ARITHMETIC", src,
-                                       note=f"warp-specialized / plain {stall} stall share (target for long "
-                                            f"scoreboard: <= 0.5)"))
     return figs
 
 

@@ -28,9 +28,8 @@ from t4lib.ops.w4a16.format import QuantizedWeight
 SOURCE = "t4lib.benchmarks.w4a16_ws"
 SHAPES = [(512, 896, 4864), (512, 4864, 896), (2048, 896, 4864), (2048, 4864, 896), (512, 5120, 17408)]  # M, K, N
 NCU_PROBES = [(2048, 896, 4864), (512, 5120, 17408)]
-STALLS = ("long_scoreboard", "barrier")
 NCU_METRICS = ",".join(["gpu__time_duration.sum"] +
-                       [f"smsp__warp_issue_stalled_{s}_per_warp_active.pct" for s in STALLS])
+                       [f"smsp__warp_issue_stalled_{s}_per_warp_active.pct" for s in timing.STALLS])
 NCU_CMD = (f"ncu --clock-control none --cache-control all --print-units base --metrics {NCU_METRICS} "
            f"--kernel-name regex:'w4a16_gemm_kernel|w4a16_gemm_ws_kernel' python3 -m t4lib.benchmarks.w4a16_ws "
            f"--ncu-probe")
@@ -98,20 +97,8 @@ def figures_from_ncu_log(text: str) -> list[dict]:
         if [r["kernel"] for r in pair] != ["plain", "ws"]:
             break
         plain, ws = pair
-        for stall in STALLS:
-            key = f"stall_{stall}_pct"
-            if key not in plain or key not in ws:
-                continue
-            for kname, row in (("w4a16_gemm_kernel", plain), ("w4a16_gemm_ws_kernel", ws)):
-                figs.append(results.figure(f"warp_specialized/{kname}/{M}x{K}x{N}/{stall}_stall_pct", row[key], "%",
-                                           "MEASURED", src, env=env,
-                                           note=f"smsp__warp_issue_stalled_{stall}_per_warp_active.pct: share of "
-                                                f"active warp cycles stalled on it, all warps (producers too)"))
-            if plain[key] > 0:
-                figs.append(results.figure(f"warp_specialized/w4a16_gemm/{M}x{K}x{N}/{stall}_stall_ratio",
-                                           ws[key] / plain[key], "x", "ARITHMETIC", src,
-                                           note=f"warp-specialized / plain {stall} stall share (target for long "
-                                                f"scoreboard: <= 0.5)"))
+        figs += timing.stall_figures("w4a16_gemm", ("w4a16_gemm_kernel", "w4a16_gemm_ws_kernel"), f"{M}x{K}x{N}",
+                                     plain, ws, env, src)
     return figs
 
 

@@ -185,6 +185,10 @@ def ncu_kernels(text: str, kernel_re: str) -> list[tuple[re.Match, dict[str, tup
     return rows
 
 
+#: the warp-stall reasons the warp-specialization benchmarks profile (ncu's smsp__warp_issue_stalled_* metrics)
+STALLS = ("long_scoreboard", "barrier")
+
+
 def ncu_stall_shares(metrics: dict[str, tuple[str, float]]) -> dict[str, float]:
     """``{"stall_<reason>_pct": value}`` from an ``ncu_kernels`` row's
     ``smsp__warp_issue_stalled_<reason>_per_warp_active.pct`` metrics."""
@@ -194,3 +198,26 @@ def ncu_stall_shares(metrics: dict[str, tuple[str, float]]) -> dict[str, float]:
         if m:
             out[f"stall_{m.group(1)}_pct"] = value
     return out
+
+
+def stall_figures(family: str, kernels: tuple[str, str], shape: str, plain: dict, ws: dict, env: dict,
+                  src: str) -> list[dict]:
+    """Warp-stall shares (percent of active warp cycles) of a plain kernel and its warp-specialized twin
+    (``kernels``: their names in the figures), and the twin's share over the plain one's, per stall reason of
+    :data:`STALLS` that both :func:`ncu_stall_shares` rows carry."""
+    figs = []
+    for stall in STALLS:
+        key = f"stall_{stall}_pct"
+        if key not in plain or key not in ws:
+            continue
+        for name, row in zip(kernels, (plain, ws)):
+            figs.append(results.figure(f"warp_specialized/{name}/{shape}/{stall}_stall_pct", row[key], "%",
+                                       "MEASURED", src, env=env,
+                                       note=f"smsp__warp_issue_stalled_{stall}_per_warp_active.pct: share of "
+                                            f"active warp cycles stalled on it, all warps (producers too)"))
+        if plain[key] > 0:
+            figs.append(results.figure(f"warp_specialized/{family}/{shape}/{stall}_stall_ratio",
+                                       ws[key] / plain[key], "x", "ARITHMETIC", src,
+                                       note=f"warp-specialized / plain {stall} stall share (target for long "
+                                            f"scoreboard: <= 0.5)"))
+    return figs
