@@ -179,3 +179,27 @@ def test_startup_file_caps_memory_and_lets_kaggle_run_on_one_gpu(tmp_path, monke
     write_peak(None)
     assert event == "post_run_cell" and json.loads((tmp_path / "peak.json").read_text())["max_reserved"] == 2 * 2**30
     assert not {"_os", "_notebook", "_t4lib_rehearsal"} & set(ns)  # none of its names left in the kernel's namespace
+
+
+def test_the_records_a_notebook_writes_are_put_back_and_kept_apart(tmp_path, monkeypatch):
+    """A t4 profile measures and writes the results of the device it runs on: on the rehearsal's GPU those are
+    committed records that later cells read, so the rehearsal puts them back and keeps the run's files apart."""
+    root = tmp_path / "results"
+    monkeypatch.setenv("T4LIB_RESULTS", str(root))
+    out = root / "dev"
+    (out / "logs").mkdir(parents=True)
+    (out / "bench.json").write_text("committed")
+    fake = _fake_papermill(set())
+
+    def writes_records(run, dest, env, timeout, log):
+        (out / "bench.json").write_text("re-measured")
+        (out / "new.json").write_text("new")
+        return fake(run, dest, env, timeout, log)
+
+    assert rehearse.rehearse(rehearse.plan(["00"], ["t4"]), out, tmp_path / "hub", 60, 2.6e12,
+                             runner=writes_records) == 0
+    assert (out / "bench.json").read_text() == "committed" and not (out / "new.json").exists()
+    kept = out / "rehearsal" / "00_environment.results" / "dev"
+    assert (kept / "bench.json").read_text() == "re-measured" and (kept / "new.json").read_text() == "new"
+    doc = json.loads((out / "rehearsal.json").read_text())
+    assert doc["runs"]["00_environment/t4"]["results_written"] == "rehearsal/00_environment.results"

@@ -294,6 +294,35 @@ def failed_cell(executed: Path) -> dict | None:
     return None
 
 
+def _files(root: Path, skip: tuple[Path, ...]) -> dict[Path, bytes]:
+    return {p: p.read_bytes() for p in root.rglob("*")
+            if p.is_file() and not any(p == s or s in p.parents for s in skip)}
+
+
+def keep_records_as_they_were(root: Path, moved_to: Path, skip: tuple[Path, ...]):
+    """Run the block, then put every file under ``root`` (but ``skip``) back as it was before it, moving what
+    the block wrote or changed to ``moved_to``. A notebook's t4 profile measures and writes results files of
+    the device it runs on: on a GPU that is not a T4 those are the committed records a later cell (or
+    notebook) reads, which a rehearsal must not replace."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def block():
+        before = _files(root, skip)
+        try:
+            yield
+        finally:
+            for p, data in _files(root, skip).items():
+                if before.get(p) != data:
+                    dest = moved_to / p.relative_to(root)
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(p, dest)
+            for p, data in before.items():
+                if not p.exists():
+                    results.atomic_write_bytes(p, data)
+    return block()
+
+
 def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: Path, runner=papermill) -> dict:
     """Run one notebook, put its executed copy in place and return its record (``status``, ``seconds``,
     ``peak``, ``busy``, ``failed_cell``, ...). ``runner`` is :func:`papermill` (tests pass another)."""
@@ -301,8 +330,10 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     copies.mkdir(parents=True, exist_ok=True)
     peak_file.unlink(missing_ok=True)
     log = out / "logs" / f"rehearsal_{run.copy_name}.log"
+    written = copies / f"{run.copy_name}.results"  # the results files the run wrote, kept apart
     t0 = time.perf_counter()
-    with GpuSampler() as gpu:
+    with keep_records_as_they_were(results.results_dir(), written, (copies, out / "logs", out / "rehearsal.json")), \
+            GpuSampler() as gpu:
         res = runner(run, partial, env, timeout, log)
     seconds = time.perf_counter() - t0
     bad = failed_cell(partial)
@@ -315,6 +346,7 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
            "seconds": round(seconds, 1), "timeout_s": timeout, "rc": res["rc"], "failed_cell": bad,
            "executed_copy": str(dest.relative_to(out)) if dest.exists() else None,
            "log": str(log.relative_to(out)), "gpu_busy_fraction": gpu.busy,
+           "results_written": str(written.relative_to(out)) if written.exists() else None,
            "device_peak_bytes": gpu.peak_bytes, "torch_peak": _read_json(peak_file)}
     if not ok and bad is None:
         rec["log_tail"] = log.read_text(errors="replace")[-2000:] if log.exists() else ""
