@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # bash run_all.sh          install what is missing, run every notebook with papermill into results/<device>/
 # bash run_all.sh test     install what is missing, run the whole test suite (unit, compile checks, nbval, ledger),
-#                          then the engines' and trainers' tests against the transformers versions of TRANSFORMERS_MATRIX
+#                          then the engines' and trainers' tests against the transformers versions of TRANSFORMERS_MATRIX,
+#                          then every notebook's install cell and imports in a fresh Colab-like environment
 # bash run_all.sh run 00 03   only the notebooks whose names start with these numbers
 # PROFILE=auto|cpu|gpu|t4|kaggle-2xt4 is passed to every notebook (default auto).
-# T4LIB_NO_INSTALL=1 skips pip (an offline machine whose packages are already provisioned).
+# T4LIB_NO_INSTALL=1 skips pip (an offline machine whose packages are already provisioned), and with it the
+# transformers matrix and the Colab-like environment.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -50,13 +52,32 @@ run_version_matrix() {
   return $rc
 }
 
+# A fresh Colab-like environment (no system site packages, nothing of the project) runs each notebook's install
+# cell, from this checkout instead of the repository URL, and then the notebook's imports
+# (tests/colab_env_check.py says how). It holds Colab's transformers 5.12.0 and torch 2.13.0, standing in for the
+# runtime's torch 2.11 (here and in CI pip takes a CPU build from a local file), and, of the rest of what a Colab
+# runtime already has, only what the notebooks rely on without asking their install cell: numpy, matplotlib,
+# IPython (ipykernel) and tqdm.
+colab_env_check() {
+  local rc=0 venv
+  venv=$(mktemp -d)/venv
+  echo "== install cells and imports in a fresh Colab-like environment (transformers 5.12.0)"
+  "$PY" -m venv "$venv" \
+    && "$venv/bin/python" -m pip install -q torch==2.13.0 transformers==5.12.0 numpy matplotlib ipykernel tqdm \
+    && "$PY" tests/colab_env_check.py "$venv/bin/python" \
+    || rc=1
+  rm -rf "$(dirname "$venv")"
+  return $rc
+}
+
 run_tests() {
   local rc=0
   "$PY" -m pytest -q -p no:cacheprovider tests || rc=$?
   "$PY" -m pytest -q -p no:cacheprovider --nbval notebooks/[0-9][0-9]_*.ipynb \
       --nbval-sanitize-with notebooks/sanitize.cfg || rc=$((rc ? rc : $?))
-  if [ "${T4LIB_NO_INSTALL:-0}" != 1 ]; then   # the matrix installs transformers versions: not offline
+  if [ "${T4LIB_NO_INSTALL:-0}" != 1 ]; then   # both install packages: not offline
     run_version_matrix || rc=$((rc ? rc : 1))
+    colab_env_check || rc=$((rc ? rc : 1))
   fi
   return $rc
 }

@@ -12,6 +12,7 @@ optional baselines; IPython: part of every notebook runtime) is not asked of the
 import ast
 import json
 import re
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -104,12 +105,27 @@ def _code_cells(path: Path) -> list[str]:
     return ["".join(c["source"]) for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
 
 
+def code_cell_trees(path: Path) -> list[ast.Module]:
+    """The notebook's own code: a syntax tree per code cell after the install cell, IPython's % and ! lines left
+    out."""
+    trees = []
+    for src in _code_cells(path)[1:]:  # the install cell itself is not the notebook's code
+        src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
+        trees.append(ast.parse(src))
+    return trees
+
+
+def cell_extras(cell: str) -> set[str]:
+    """The extras an install cell installs (``"-e", "./t4lib[a,b]"`` -> ``{"a", "b"}``)."""
+    m = re.search(r'"-e", "\./t4lib(?:\[([a-z,]*)\])?"', cell)
+    return set(m.group(1).split(",")) if m and m.group(1) else set()
+
+
 def notebook_imports(path: Path) -> set[str]:
     """Top-level third-party (and stdlib) modules the notebook needs, by the rule in the docstring."""
     named = set()
-    for src in _code_cells(path)[1:]:  # the install cell itself is not the notebook's code
-        src = "\n".join(line for line in src.splitlines() if not line.lstrip().startswith(("%", "!")))
-        named |= _imports(ast.parse(src), "", module_level_only=False)
+    for tree in code_cell_trees(path):
+        named |= _imports(tree, "", module_level_only=False)
     todo = set(named)
     for m in named:
         if m.split(".")[0] == "t4lib":
@@ -183,9 +199,89 @@ def test_first_code_cell_installs_the_extras_the_notebook_imports(path):
     cells = _code_cells(path)
     assert cells, f"{path.name} has no code cell"
     need = needed_extras(path)
-    m = re.search(r'"-e", "\./t4lib(?:\[([a-z,]*)\])?"', cells[0])
-    has = set(m.group(1).split(",")) if m and m.group(1) else set()
+    has = cell_extras(cells[0])
     assert need <= has, (f"{path.name}: its imports need the extras {sorted(need)}, the install cell installs "
                          f"{sorted(has)}; paste t4lib.core.notebook.install_cell({sorted(need)})")
     assert cells[0] == notebook.install_cell(need), (
         f"{path.name}: the first code cell differs from t4lib.core.notebook.install_cell({sorted(need)}); paste that")
+
+
+# ----------------------------------------------------------------------------- the fresh Colab-like environment
+
+class _Pip:
+    """Stands in for ``subprocess.run``: records each command, installs nothing, reaches no network."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append(list(cmd))
+        return subprocess.CompletedProcess(cmd, 0)
+
+
+def test_colab_env_check_installs_from_the_checkout_it_is_given(tmp_path, monkeypatch):
+    """run_all.sh's Colab-like environment runs the install cell outside Colab by presenting google.colab only to
+    it, and from a local copy named by T4LIB_GIT instead of the repository URL (colab_env_check.colab_kernel):
+    the copy is taken, pip installs it with the cell's extras and the torch constraint, nothing is cloned."""
+    import colab_env_check
+
+    src = tmp_path / "checkout"
+    (src / "t4lib").mkdir(parents=True)
+    (src / "t4lib" / "__init__.py").write_text("")
+    (src / "pyproject.toml").write_text("# the checkout\n")
+    work = tmp_path / "content"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setenv("T4LIB_GIT", "unset by the test")  # restored afterwards; colab_kernel sets it
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    pip = _Pip()
+    monkeypatch.setattr(subprocess, "run", pip)
+
+    failed = colab_env_check.colab_kernel(notebook.install_cell(("notebooks", "train")),
+                                          ["import json", "import no_such_module_of_t4lib"], str(src))
+    assert pip.calls == [[sys.executable, "-m", "pip", "install", "-q", "-c", "torch-constraint.txt",
+                          "-e", "./t4lib[notebooks,train]"]]
+    assert (work / "t4lib" / "pyproject.toml").read_text() == "# the checkout\n"
+    assert (work / "torch-constraint.txt").read_text() == f"torch=={metadata.version('torch')}\n"
+    assert sys.path[0] == str(work / "t4lib")
+    assert "google.colab" not in sys.modules  # presented to the install cell only
+    assert [s for s, _ in failed] == ["import no_such_module_of_t4lib"]
+    assert failed[0][1].startswith("ModuleNotFoundError")
+
+
+def test_a_local_checkout_alone_does_not_make_the_cell_install(tmp_path, monkeypatch):
+    """Outside Colab and Kaggle the cell does nothing, T4LIB_GIT set or not: no copy, no pip."""
+    src = tmp_path / "checkout"
+    src.mkdir()
+    work = tmp_path / "content"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.delenv("KAGGLE_KERNEL_RUN_TYPE", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setenv("T4LIB_GIT", str(src))
+    pip = _Pip()
+    monkeypatch.setattr(subprocess, "run", pip)
+    exec(notebook.install_cell(("notebooks", "train")), {})
+    assert pip.calls == [] and list(work.iterdir()) == []
+
+
+def test_colab_env_check_imports_what_the_notebooks_import():
+    """What the Colab-like environment imports after each install cell: the cells' own import statements and the
+    third-party modules the derivation finds, optional baselines left out; notebooks ordered so the extras nest."""
+    import colab_env_check
+
+    plans = colab_env_check.plan(NOTEBOOKS)
+    assert sorted(p["path"] for p in plans) == NOTEBOOKS
+    for p in plans:
+        assert p["extras"] == cell_extras(_code_cells(p["path"])[0])
+        assert not {f"import {m}" for m in colab_env_check.OPTIONAL_BASELINES} & set(p["statements"])
+        for tree in code_cell_trees(p["path"]):
+            for n in ast.walk(tree):
+                if isinstance(n, (ast.Import, ast.ImportFrom)):
+                    assert ast.unparse(n) in p["statements"], (p["path"].name, ast.unparse(n))
+    for before, after in zip(plans, plans[1:]):
+        assert before["extras"] <= after["extras"], (
+            f"{after['path'].name} would be checked with extras it does not install "
+            f"({sorted(before['extras'] - after['extras'])}, from {before['path'].name})")

@@ -17,6 +17,8 @@ REPOSITORY_URL = "https://github.com/t4lib/t4lib"
 # It cannot import t4lib (it is what installs it), so the URL is spelled out. It keeps the runtime's torch
 # (a pip constraint pins the installed version), says what it installs, and offline (Kaggle with the internet
 # off) installs from attached wheels: T4LIB_GIT names a copy of the repository, T4LIB_WHEELS a folder of wheels.
+# `bash run_all.sh test` runs it, as committed, in a fresh Colab-like environment from the checkout under test
+# (tests/colab_env_check.py: google.colab presented to the cell only, T4LIB_GIT naming a copy of the checkout).
 def install_cell(extras=()) -> str:
     """The install cell for a notebook whose imports need ``extras`` (names of pyproject.toml's extras)."""
     extras = sorted(set(extras))
