@@ -107,6 +107,8 @@ def test_a_failed_notebook_is_recorded_and_the_exit_code_says_so(tmp_path):
     assert ok["status"] == "completed" and bad["status"] == "failed"
     assert bad["failed_cell"]["cell"] == 2 and "OutOfMemoryError" in bad["failed_cell"]["error"]
     assert (tmp_path / "rehearsal" / "00_environment.ipynb").is_file()
+    stamp = json.loads((tmp_path / "rehearsal" / "00_environment.ipynb").read_text())["metadata"]["t4lib"]
+    assert stamp["profile"] == "t4" and stamp["commit"] and stamp["sources_sha256"]
     assert (tmp_path / "rehearsal" / "01_kernel_kats.failed.ipynb").is_file()
     assert any("01_kernel_kats/t4: failed at cell 2" in e for e in doc["errors"])
     figs = {f["name"]: f for f in doc["figures"]}

@@ -28,6 +28,7 @@ run that failed: the last good copy stays). A failed notebook does not stop the 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -41,7 +42,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from t4lib.core import hw, results
+from t4lib.core import hw, notebook, results
 from t4lib.evidence import hub_standins
 
 NOTEBOOKS = results.REPO_ROOT / "notebooks"
@@ -299,28 +300,24 @@ def _files(root: Path, skip: tuple[Path, ...]) -> dict[Path, bytes]:
             if p.is_file() and not any(p == s or s in p.parents for s in skip)}
 
 
-def keep_records_as_they_were(root: Path, moved_to: Path, skip: tuple[Path, ...]):
+@contextlib.contextmanager
+def records_kept(root: Path, moved_to: Path, skip: tuple[Path, ...]):
     """Run the block, then put every file under ``root`` (but ``skip``) back as it was before it, moving what
     the block wrote or changed to ``moved_to``. A notebook's t4 profile measures and writes results files of
     the device it runs on: on a GPU that is not a T4 those are the committed records a later cell (or
     notebook) reads, which a rehearsal must not replace."""
-    import contextlib
-
-    @contextlib.contextmanager
-    def block():
-        before = _files(root, skip)
-        try:
-            yield
-        finally:
-            for p, data in _files(root, skip).items():
-                if before.get(p) != data:
-                    dest = moved_to / p.relative_to(root)
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(p, dest)
-            for p, data in before.items():
-                if not p.exists():
-                    results.atomic_write_bytes(p, data)
-    return block()
+    before = _files(root, skip)
+    try:
+        yield
+    finally:
+        for p, data in _files(root, skip).items():
+            if before.get(p) != data:
+                dest = moved_to / p.relative_to(root)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                os.replace(p, dest)
+        for p, data in before.items():
+            if not p.exists():
+                results.atomic_write_bytes(p, data)
 
 
 def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: Path, runner=papermill) -> dict:
@@ -331,8 +328,9 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     peak_file.unlink(missing_ok=True)
     log = out / "logs" / f"rehearsal_{run.copy_name}.log"
     written = copies / f"{run.copy_name}.results"  # the results files the run wrote, kept apart
+    before = notebook.run_provenance(run.profile)  # the executed copy is stamped with it, as run_all.sh does
     t0 = time.perf_counter()
-    with keep_records_as_they_were(results.results_dir(), written, (copies, out / "logs", out / "rehearsal.json")), \
+    with records_kept(results.results_dir(), written, (copies, out / "logs", out / "rehearsal.json")), \
             GpuSampler() as gpu:
         res = runner(run, partial, env, timeout, log)
     seconds = time.perf_counter() - t0
@@ -341,6 +339,8 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     dest = copies / f"{run.copy_name}{'' if ok else '.failed'}.ipynb"
     if partial.exists():
         os.replace(partial, dest)
+        if ok:
+            notebook.stamp(dest, before)
     rec = {"notebook": run.notebook.name, "profile": run.profile, "parameters": run.parameters,
            "hub_ids": run.hub_ids, "status": "completed" if ok else ("timed out" if res["timed_out"] else "failed"),
            "seconds": round(seconds, 1), "timeout_s": timeout, "rc": res["rc"], "failed_cell": bad,
