@@ -128,9 +128,9 @@ def parameter(value: str) -> tuple[str, str, object]:
         return num, name, raw
 
 
-def profiles_of(notebook: Path) -> list[str]:
+def profiles_of(path: Path) -> list[str]:
     """The rehearsal profiles a notebook offers: t4 always; kaggle-2xt4 where its parameters cell names it."""
-    nb = json.loads(notebook.read_text())
+    nb = json.loads(path.read_text())
     params = next(("".join(c["source"]) for c in nb["cells"]
                    if "parameters" in c.get("metadata", {}).get("tags", [])), "")
     return ["t4"] + (["kaggle-2xt4"] if "kaggle-2xt4" in params else [])
