@@ -84,7 +84,7 @@ run_tests() {
 
 run_notebooks() {
   local slug out dest
-  slug=$("$PY" -c "from t4lib import hw; print(hw.device_slug())")
+  slug=$("$PY" -c "from t4lib.core import hw; print(hw.device_slug())")
   out=results/$slug
   mkdir -p "$out"
   local failed=()

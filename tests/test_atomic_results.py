@@ -430,3 +430,13 @@ def test_run_all_keeps_the_previous_notebook_when_a_run_fails(tmp_path):
     assert (out / "00_ok.ipynb").read_text() == "executed\n" and not (out / "00_ok.ipynb.partial").exists()
     assert (out / "01_bad.ipynb").read_text() == "previous good run"
     assert (out / "01_bad.ipynb.partial").read_text() == "partial\n"
+
+
+def test_run_all_inline_python_runs_with_the_real_interpreter():
+    """Every ``"$PY" -c "..."`` snippet of run_all.sh runs here (the test above stands in for python, so an import
+    path the package no longer has would pass it)."""
+    snippets = re.findall(r'"\$PY" -c "([^"]+)"', (ROOT / "run_all.sh").read_text())
+    assert snippets
+    for code in snippets:
+        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 0, f"{code!r} failed:\n{r.stderr[-2000:]}"

@@ -85,7 +85,7 @@ import json, sys
 from pathlib import Path
 
 
-from t4lib import results
+from t4lib.core import results
 from t4lib.train.sft import trainer_setting
 
 out, epochs, eval_n, mode, subset, arms = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
