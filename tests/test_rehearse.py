@@ -132,8 +132,10 @@ def test_t4_projection_scales_only_the_busy_time():
 
 
 @pytest.mark.parametrize("argv, named", [
-    (["rehearse", "42", "--dry-run"], "argument notebooks: no notebook numbered '42'"),
+    (["rehearse", "42", "--dry-run"], "argument NN[:PROFILE]: no notebook numbered '42'"),
     (["rehearse", "--timeout", "0", "--dry-run"], "argument --timeout: must be a positive"),
+    (["rehearse", "05:colab", "--dry-run"], "argument NN[:PROFILE]: profile of '05:colab' must be one of"),
+    (["rehearse", "--concurrent", "0", "--dry-run"], "argument --concurrent: must be a positive whole number"),
     (["rehearse", "--profiles", "colab", "--dry-run"], "argument --profiles: invalid choice: 'colab'"),
     (["rehearse", "--param", "05:STEPS", "--dry-run"], "argument --param: must read NN:NAME=VALUE"),
     (["rehearse", "--param", "42:STEPS=1", "--dry-run"], "argument --param: no notebook numbered '42'"),
@@ -147,6 +149,13 @@ def test_argument_errors_name_the_argument(argv, named, capsys):
 def test_a_parameter_reaches_its_notebook_only():
     runs = rehearse.plan(["04", "05"], ["t4"], [rehearse.parameter("05:STEPS=10"), rehearse.parameter("05:X=a b")])
     assert [r.parameters for r in runs] == [{"PROFILE": "t4"}, {"PROFILE": "t4", "STEPS": 10, "X": "a b"}]
+
+
+def test_runs_go_in_the_order_named():
+    assert [r.notebook.name[:2] for r in rehearse.plan(["08", "03", "08"], ["t4"])] == ["08", "03"]
+    runs = rehearse.plan([rehearse.notebook_run(v) for v in ("8", "05:kaggle-2xt4", "05", "01")], ["t4"])
+    assert [(r.notebook.name[:2], r.profile) for r in runs] == [("08", "t4"), ("05", "kaggle-2xt4"), ("05", "t4"),
+                                                                ("01", "t4")]
 
 
 def test_notebook_numbers_read_as_two_digits():
@@ -205,3 +214,38 @@ def test_the_records_a_notebook_writes_are_put_back_and_kept_apart(tmp_path, mon
     assert (kept / "bench.json").read_text() == "re-measured" and (kept / "new.json").read_text() == "new"
     doc = json.loads((out / "rehearsal.json").read_text())
     assert doc["runs"]["00_environment/t4"]["results_written"] == "rehearsal/00_environment.results"
+
+
+def test_concurrent_runs_keep_their_own_memory_and_mark_times_as_upper_bounds(tmp_path, monkeypatch):
+    """Runs sharing the GPU: each kernel gets its own IPython profile and peak file, the results files they
+    write are put back once for the batch, and the seconds and the projection say they bound a solo run."""
+    import threading
+    root = tmp_path / "results"
+    monkeypatch.setenv("T4LIB_RESULTS", str(root))
+    out = root / "dev"
+    (out / "logs").mkdir(parents=True)
+    (out / "bench.json").write_text("committed")
+    fake, seen, both = _fake_papermill({"01"}), [], threading.Barrier(2, timeout=30)
+
+    def overlapping(run, dest, env, timeout, log):
+        seen.append((env["IPYTHONDIR"], env["T4LIB_REHEARSE_PEAK_FILE"]))
+        both.wait()  # both runs are in flight together, or this times out
+        (out / "bench.json").write_text(f"re-measured by {run.notebook.name[:2]}")
+        return fake(run, dest, env, timeout, log)
+
+    rc = rehearse.rehearse(rehearse.plan(["00", "01"], ["t4"]), out, tmp_path / "hub", 60, 2.6e12,
+                           runner=overlapping, concurrent=2)
+    assert rc == 1  # 01 failed; 00 completed beside it
+    assert len({d for d, _ in seen}) == 2 and len({f for _, f in seen}) == 2
+    assert (out / "bench.json").read_text() == "committed"
+    assert (out / "rehearsal" / "concurrent.results" / "dev" / "bench.json").read_text().startswith("re-measured")
+    doc = json.loads((out / "rehearsal.json").read_text())
+    assert {r["status"] for r in doc["runs"].values()} == {"completed", "failed"}
+    assert all(r["concurrent"] == 2 and r["results_written"] == "rehearsal/concurrent.results"
+               for r in doc["runs"].values())
+    figs = {f["name"]: f for f in doc["figures"]}
+    assert "upper bound of a solo run" in figs["rehearsal/00_environment/gpu_seconds"]["note"]
+    assert "upper bound of a solo run" in figs["rehearsal/00_environment/t4_projected_minutes"]["note"]
+    assert figs["rehearsal/00_environment/peak_gib"]["value"] == 3.0
+    with pytest.raises(ValueError, match="concurrent"):
+        rehearse.rehearse([], out, tmp_path / "hub", 60, None, concurrent=0)

@@ -3,6 +3,7 @@ to end by papermill on the GPU at hand, under a T4's limits.
 
     python -m t4lib rehearse                  # all notebooks, t4 and kaggle-2xt4
     python -m t4lib rehearse 05 06 --timeout 900 --profiles t4
+    python -m t4lib rehearse 08 03 05:kaggle-2xt4 --concurrent 3   # three at a time, longest first
     python -m t4lib rehearse --dry-run        # the plan: runs, hub stand-ins, generation lengths, environment
 
 What holds each run to a T4:
@@ -24,6 +25,10 @@ it), a T4 time projection (ESTIMATED, :func:`t4_projection_s`) and the cell that
 executed copy goes to ``results/<device>/rehearsal/<notebook>.ipynb`` (``<notebook>.failed.ipynb`` for a
 run that failed: the last good copy stays). A failed notebook does not stop the others; the command exits
 1 if any failed. No learning figure is read from a rehearsal: its models are random.
+
+``--concurrent N`` runs up to N notebooks at once on the one GPU. Each kernel's memory cap and peak are its
+own, so memory and failures are read as in a solo run; wall time and busy time grow with the sharing, so the
+seconds and the T4 projection become upper bounds of a solo run, and are recorded as such.
 """
 from __future__ import annotations
 
@@ -39,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,6 +101,18 @@ def notebooks() -> list[Path]:
     return sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
 
 
+def notebook_run(value: str) -> str:
+    """argparse type: ``NN`` (a notebook under every profile of ``--profiles`` it offers) or ``NN:PROFILE``
+    (under that one profile only)."""
+    num, _, prof = value.partition(":")
+    num = notebook_number(num)
+    if not prof:
+        return num
+    if prof not in PROFILES:
+        raise argparse.ArgumentTypeError(f"profile of {value!r} must be one of {PROFILES}")
+    return f"{num}:{prof}"
+
+
 def notebook_number(value: str) -> str:
     """argparse type: a notebook's two-digit number (``6`` reads as ``06``)."""
     known = [p.name[:2] for p in notebooks()]
@@ -104,15 +122,24 @@ def notebook_number(value: str) -> str:
     return num
 
 
+def _positive(value: str, what: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number{what}, got {value!r}")
+    return n
+
+
 def positive_seconds(value: str) -> int:
     """argparse type: a whole number of seconds above zero."""
-    try:
-        s = int(value)
-    except ValueError:
-        s = 0
-    if s <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive whole number of seconds, got {value!r}")
-    return s
+    return _positive(value, " of seconds")
+
+
+def positive_count(value: str) -> int:
+    """argparse type: a whole number above zero."""
+    return _positive(value, "")
 
 
 def parameter(value: str) -> tuple[str, str, object]:
@@ -137,17 +164,19 @@ def profiles_of(path: Path) -> list[str]:
 
 
 def plan(numbers=None, profiles=PROFILES, params=()) -> list[Run]:
-    """The runs, in notebook order: each chosen notebook under each of ``profiles`` it offers, with the
+    """The runs, in the order ``numbers`` names them (all, in notebook order, without it): each chosen
+    notebook (``NN``) under each of ``profiles`` it offers, or (``NN:PROFILE``) under that one, with the
     ``(NN, NAME, value)`` parameters of ``params`` beside ``PROFILE`` (a scaled-down run says so in its record)."""
-    runs = []
-    for nb in notebooks():
-        if numbers and nb.name[:2] not in numbers:
-            continue
-        extra = {name: v for num, name, v in params if num == nb.name[:2]}
+    by_number = {nb.name[:2]: nb for nb in notebooks()}
+    runs = {}
+    for item in (dict.fromkeys(numbers) if numbers else by_number):
+        num, _, only = item.partition(":")
+        nb = by_number[num]
+        extra = {name: v for n, name, v in params if n == num}
         for prof in profiles_of(nb):
-            if prof in profiles:
-                runs.append(Run(nb, prof, {"PROFILE": prof, **extra}, hub_standins.hub_ids(nb)))
-    return runs
+            if (prof == only) if only else (prof in profiles):
+                runs.setdefault((num, prof), Run(nb, prof, {"PROFILE": prof, **extra}, hub_standins.hub_ids(nb)))
+    return list(runs.values())
 
 
 def environment(hub_cache: Path, ipython_dir: Path, peak_file: Path | None, profile: str) -> dict[str, str]:
@@ -320,9 +349,11 @@ def records_kept(root: Path, moved_to: Path, skip: tuple[Path, ...]):
                 results.atomic_write_bytes(p, data)
 
 
-def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: Path, runner=papermill) -> dict:
+def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: Path, runner=papermill,
+            keep_records: bool = True) -> dict:
     """Run one notebook, put its executed copy in place and return its record (``status``, ``seconds``,
-    ``peak``, ``busy``, ``failed_cell``, ...). ``runner`` is :func:`papermill` (tests pass another)."""
+    ``peak``, ``busy``, ``failed_cell``, ...). ``runner`` is :func:`papermill` (tests pass another).
+    ``keep_records`` False: the caller puts the results files back (runs sharing the GPU share one guard)."""
     copies, partial = out / "rehearsal", out / "rehearsal" / f"{run.copy_name}.ipynb.partial"
     copies.mkdir(parents=True, exist_ok=True)
     peak_file.unlink(missing_ok=True)
@@ -330,8 +361,8 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     written = copies / f"{run.copy_name}.results"  # the results files the run wrote, kept apart
     before = notebook.run_provenance(run.profile)  # the executed copy is stamped with it, as run_all.sh does
     t0 = time.perf_counter()
-    with records_kept(results.results_dir(), written, (copies, out / "logs", out / "rehearsal.json")), \
-            GpuSampler() as gpu:
+    guard = records_kept(results.results_dir(), written, _own_files(out)) if keep_records else contextlib.nullcontext()
+    with guard, GpuSampler() as gpu:
         res = runner(run, partial, env, timeout, log)
     seconds = time.perf_counter() - t0
     bad = failed_cell(partial)
@@ -351,6 +382,11 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     if not ok and bad is None:
         rec["log_tail"] = log.read_text(errors="replace")[-2000:] if log.exists() else ""
     return rec
+
+
+def _own_files(out: Path) -> tuple[Path, ...]:
+    """What the rehearsal itself writes under the results folder (never put back)."""
+    return out / "rehearsal", out / "logs", out / "rehearsal.json"
 
 
 def _read_json(path: Path) -> dict | None:
@@ -375,8 +411,12 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
     ``<key>/t4_projected_minutes``."""
     where = f"{rec['notebook']} ({rec['profile']}), {rec['status']}"
     extra = {"status": rec["status"], "parameters": rec["parameters"]}
+    shared = rec.get("concurrent", 1) > 1
+    bound = (f"; up to {rec['concurrent']} notebooks ran at once on this GPU, so this is an upper bound of a solo "
+             "run" if shared else "")
     figs = [results.figure(f"{key}/gpu_seconds", rec["seconds"], "s", "MEASURED", SOURCE,
-                           note=f"papermill wall time of {where}, kernel start and kernel builds included", **extra)]
+                           note=f"papermill wall time of {where}, kernel start and kernel builds included{bound}",
+                           **extra)]
     peak = rec["torch_peak"]
     if peak:
         figs.append(results.figure(
@@ -384,7 +424,7 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
             note=f"torch's peak reserved memory in the kernel process of {where}, under a {T4_MEMORY_GIB:g} GiB "
                  f"cap (set_per_process_memory_fraction); peak allocated {peak['max_allocated'] / 2**30:.2f} GiB"
                  + (f", NVML device peak {rec['device_peak_bytes'] / 2**30:.2f} GiB (CUDA context included)"
-                    if rec["device_peak_bytes"] else ""), **extra))
+                    if rec["device_peak_bytes"] and not shared else ""), **extra))
     if copy_bw:
         busy = rec["gpu_busy_fraction"]
         figs.append(results.figure(
@@ -394,7 +434,7 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
                                        else "no NVML reading: all of the wall time") +
                   f") scaled by this device's copy bandwidth ({copy_bw / 1e9:.0f} GB/s, measured) over the T4's "
                   f"sustained {hw.T4.sustained_bw / 1e9:.0f} GB/s (memory-bound scaling); CPU time unscaled, "
-                  "on this host's CPU (Colab's is slower). Not measured on a T4."), **extra))
+                  "on this host's CPU (Colab's is slower). Not measured on a T4" + bound + "."), **extra))
     return figs
 
 
@@ -426,11 +466,14 @@ def copy_bandwidth() -> float | None:
 # ------------------------------------------------------------------------------------------ command line
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("notebooks", nargs="*", type=notebook_number, help="notebook numbers (default: all)")
+    p.add_argument("notebooks", nargs="*", type=notebook_run, metavar="NN[:PROFILE]",
+                   help="notebooks, in the order to run them (default: all); NN:PROFILE for that profile only")
     p.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES))
     p.add_argument("--param", action="append", type=parameter, default=[], metavar="NN:NAME=VALUE",
                    help="a papermill parameter for one notebook (e.g. 05:STEPS=10: a scaled-down run, recorded as such)")
     p.add_argument("--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, help="seconds per run")
+    p.add_argument("--concurrent", type=positive_count, default=1, metavar="N",
+                   help="notebooks run at once on the GPU (memory stays per run; times become upper bounds)")
     p.add_argument("--out", help="results folder (default: results/<device-slug>)")
     p.add_argument("--hub-cache", default=str(DEFAULT_HUB_CACHE), help="where the hub stand-ins are written")
     p.add_argument("--dry-run", action="store_true", help="print the plan and exit (no GPU needed)")
@@ -457,27 +500,49 @@ def main(args: argparse.Namespace) -> int:
     # in a child process: the 1.5B stand-in is built on the GPU, and its memory is freed before the runs
     if ids:
         subprocess.run([sys.executable, "-m", "t4lib.evidence.hub_standins", str(hub_cache), *ids], check=True)
-    return rehearse(runs, out, hub_cache, args.timeout, copy_bandwidth())
+    return rehearse(runs, out, hub_cache, args.timeout, copy_bandwidth(), concurrent=args.concurrent)
 
 
 def rehearse(runs: list[Run], out: Path, hub_cache: Path, timeout: int, copy_bw: float | None,
-             runner=papermill) -> int:
-    """Execute ``runs`` one after the other, rewriting the records after each; 1 if any failed, else 0."""
+             runner=papermill, concurrent: int = 1) -> int:
+    """Execute ``runs``, up to ``concurrent`` at once, rewriting the records as each ends; 1 if any failed,
+    else 0. Runs sharing the GPU share one guard of the results files (:func:`records_kept`): what they wrote
+    is kept apart in ``rehearsal/concurrent.results``."""
+    if not isinstance(concurrent, int) or concurrent < 1:
+        raise ValueError(f"concurrent must be a whole number >= 1, got {concurrent!r}")
     work = Path(tempfile.mkdtemp(prefix="t4lib_rehearsal_"))
-    install_startup(work / "ipython")
     done, figs = {}, []
-    for r in runs:
-        print(f"== {r.notebook.name} ({r.profile})", flush=True)
+    shared = concurrent > 1 and len(runs) > 1
+    written = out / "rehearsal" / "concurrent.results"
+
+    def one(r: Run) -> dict:
+        ipython = work / "ipython" / r.copy_name  # a profile per kernel: concurrent kernels share no history file
+        install_startup(ipython)
         peak_file = work / f"{r.copy_name}.peak.json"
-        env = environment(hub_cache, work / "ipython", peak_file, r.profile)
-        rec = execute(r, out, env, timeout, peak_file, runner)
-        done[f"{r.notebook.stem}/{r.profile}"] = rec
-        figs += figures(rec, r.key, copy_bw)
+        env = environment(hub_cache, ipython, peak_file, r.profile)
+        return execute(r, out, env, timeout, peak_file, runner, keep_records=not shared)
+
+    guard = records_kept(results.results_dir(), written, _own_files(out)) if shared else contextlib.nullcontext()
+    with guard, ThreadPoolExecutor(concurrent if shared else 1) as pool:
+        futures = {}
+        for r in runs:
+            print(f"== {r.notebook.name} ({r.profile})", flush=True)
+            futures[pool.submit(one, r)] = r
+        for fut in as_completed(futures):
+            r, rec = futures[fut], fut.result()
+            if shared:
+                rec["concurrent"] = concurrent
+            done[f"{r.notebook.stem}/{r.profile}"] = rec
+            figs += figures(rec, r.key, copy_bw)
+            write_records(out / "rehearsal.json", done, figs, copy_bw)
+            peak = rec["torch_peak"]
+            print(f"   {r.notebook.name} ({r.profile}): {rec['status']} in {rec['seconds']:.0f} s"
+                  + (f", peak reserved {peak['max_reserved'] / 2**30:.2f} GiB" if peak else "")
+                  + (f"; cell {rec['failed_cell']['cell']}: {rec['failed_cell']['error']}" if rec["failed_cell"] else ""),
+                  flush=True)
+    if shared and written.exists():
+        for rec in done.values():
+            rec["results_written"] = str(written.relative_to(out))
         write_records(out / "rehearsal.json", done, figs, copy_bw)
-        peak = rec["torch_peak"]
-        print(f"   {rec['status']} in {rec['seconds']:.0f} s"
-              + (f", peak reserved {peak['max_reserved'] / 2**30:.2f} GiB" if peak else "")
-              + (f"; cell {rec['failed_cell']['cell']}: {rec['failed_cell']['error']}" if rec["failed_cell"] else ""),
-              flush=True)
     shutil.rmtree(work, ignore_errors=True)
     return 1 if any(r["status"] != "completed" for r in done.values()) else 0
