@@ -135,3 +135,18 @@ def test_mtp_bad_input(case, tmp_path):
     with pytest.raises(GGUFError, match="nextn.hnorm"):
         Qwen35Model.from_gguf(p2)
     assert Qwen35Model.from_gguf(p2, mtp=False).mtp is None
+
+
+def test_the_oracle_runs_without_fla_where_fla_is_installed(monkeypatch):
+    """With fla installed, transformers sends CPU tensors to fla's Triton kernels: the oracle then runs in a child
+    process that cannot import fla, and gives what it gives in process."""
+    from t4lib.models.qwen35 import oracle
+
+    in_process = check_mtp(new=6, gammas=(1, 2))
+    monkeypatch.setattr(oracle, "fla_importable", lambda: True)
+    child = oracle.check_mtp(new=6, gammas=(1, 2))
+    assert child["identical"] == in_process["identical"] == {1: True, 2: True} and child["tokens"] == 6
+    for k in ("rows_rel_err", "nextn_rel_err"):   # the child's thread count may differ: not bit for bit
+        assert child[k] == pytest.approx(in_process[k], rel=0.5, abs=1e-7) and child[k] < TOL_F32
+    with pytest.raises(ValueError, match="name must be"):
+        oracle.without_fla("hf_run")

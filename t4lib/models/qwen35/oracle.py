@@ -8,6 +8,11 @@ weights), 64 greedy tokens each, on CPU, and writes
 """
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,7 +27,7 @@ from t4lib.models.qwen35.model import Qwen35Model
 from t4lib.models.qwen35.mtp_reference import Qwen35MTP
 
 __all__ = ["tiny_config", "random_hf", "random_mtp", "hf_run", "quantized_gguf", "rel_err", "check", "check_mtp",
-           "BLOCK_TYPES", "GGUFPY_TYPES"]
+           "without_fla", "fla_importable", "BLOCK_TYPES", "GGUFPY_TYPES"]
 
 SOURCE = "t4lib.models.qwen35.oracle"
 PROMPT = [5, 17, 90, 3, 42, 64, 7, 81]
@@ -110,8 +115,35 @@ def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
+def fla_importable() -> bool:
+    return importlib.util.find_spec("fla") is not None
+
+
+def without_fla(name: str, **kwargs) -> dict:
+    """``name`` (``check`` or ``check_mtp``) run in a child process that cannot import fla; its JSON result.
+
+    Where fla is installed, transformers hands Qwen3.5's Gated DeltaNet to fla's Triton kernels, CPU tensors
+    included, and Triton cannot read those ("cannot be accessed from Triton (cpu tensor?)"). The oracle is a CPU
+    reference, so it runs where ``import fla`` fails and transformers takes its PyTorch path."""
+    if name not in ("check", "check_mtp"):
+        raise ValueError(f"name must be 'check' or 'check_mtp', got {name!r}")
+    code = ("import json, sys; sys.modules['fla'] = None\n"
+            "from t4lib.models.qwen35 import oracle\n"
+            "print(json.dumps(getattr(oracle, sys.argv[1])(**json.loads(sys.argv[2]))))")
+    root = str(results.REPO_ROOT)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    r = subprocess.run([sys.executable, "-c", code, name, json.dumps(kwargs)], capture_output=True, text=True,
+                       env=env, cwd=root)
+    if r.returncode != 0:
+        raise RuntimeError(f"oracle.{name} without fla failed in its child process:\n{r.stderr[-3000:]}")
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
 def check(out_dir: str | Path | None = None, new: int = 64) -> dict:
-    """Both oracle checks (see the module docstring); returns their figures by name."""
+    """Both oracle checks (see the module docstring); returns their figures by name. Where fla is installed
+    they run in a child process without it (:func:`without_fla`)."""
+    if fla_importable():
+        return without_fla("check", out_dir=None if out_dir is None else str(out_dir), new=new)
     from transformers import Qwen3_5ForCausalLM
 
     cfg = tiny_config()
@@ -159,7 +191,11 @@ def check_mtp(new: int = 48, gammas=(1, 2, 3)) -> dict:
     """The NextN block against its transformers-layer oracle on a random tiny model with F32 weights: the
     prompt run as one multi-row forward (the verify path) against transformers' prefill logits, the block's
     logits over those rows against :class:`~.mtp_reference.Qwen35MTP`, and greedy tokens with ``mtp=gamma``
-    against plain greedy (fp32 engine, CPU)."""
+    against plain greedy (fp32 engine, CPU). Where fla is installed it runs without it (:func:`without_fla`)."""
+    if fla_importable():
+        out = without_fla("check_mtp", new=new, gammas=list(gammas))
+        out["identical"] = {int(g): ok for g, ok in out["identical"].items()}  # JSON made the keys strings
+        return out
     cfg = tiny_config()
     m, mtp = random_hf(cfg), random_mtp(cfg)
     sd = dict(m.state_dict())
