@@ -249,3 +249,11 @@ def test_concurrent_runs_keep_their_own_memory_and_mark_times_as_upper_bounds(tm
     assert figs["rehearsal/00_environment/peak_gib"]["value"] == 3.0
     with pytest.raises(ValueError, match="concurrent"):
         rehearse.rehearse([], out, tmp_path / "hub", 60, None, concurrent=0)
+
+
+def test_a_kernel_that_allocated_nothing_says_its_subprocesses_are_not_seen():
+    rec = {"notebook": "08_x.ipynb", "profile": "t4", "status": "completed", "parameters": {"PROFILE": "t4"},
+           "seconds": 10.0, "gpu_busy_fraction": 0.5, "device_peak_bytes": 2**30,
+           "torch_peak": {"max_allocated": 0, "max_reserved": 0, "budget": 15 * 2**30}}
+    [peak] = [f for f in rehearse.figures(rec, "rehearsal/08_x", None) if f["name"].endswith("peak_gib")]
+    assert peak["value"] == 0 and "subprocesses is neither seen here nor held to the cap" in peak["note"]

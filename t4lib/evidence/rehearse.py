@@ -424,7 +424,9 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
             note=f"torch's peak reserved memory in the kernel process of {where}, under a {T4_MEMORY_GIB:g} GiB "
                  f"cap (set_per_process_memory_fraction); peak allocated {peak['max_allocated'] / 2**30:.2f} GiB"
                  + (f", NVML device peak {rec['device_peak_bytes'] / 2**30:.2f} GiB (CUDA context included)"
-                    if rec["device_peak_bytes"] and not shared else ""), **extra))
+                    if rec["device_peak_bytes"] and not shared else "")
+                 + ("; the kernel itself allocated nothing on the GPU: work done in its subprocesses is neither "
+                    "seen here nor held to the cap" if peak["max_reserved"] == 0 else ""), **extra))
     if copy_bw:
         busy = rec["gpu_busy_fraction"]
         figs.append(results.figure(
