@@ -525,7 +525,7 @@ def rehearse(runs: list[Run], out: Path, hub_cache: Path, timeout: int, copy_bw:
         return execute(r, out, env, timeout, peak_file, runner, keep_records=not shared)
 
     guard = records_kept(results.results_dir(), written, _own_files(out)) if shared else contextlib.nullcontext()
-    with guard, ThreadPoolExecutor(concurrent if shared else 1) as pool:
+    with guard, ThreadPoolExecutor(concurrent) as pool:
         futures = {}
         for r in runs:
             print(f"== {r.notebook.name} ({r.profile})", flush=True)
