@@ -338,6 +338,45 @@ def test_copy_tasks_outputs_follow_from_inputs():
                 assert len(diff) == 1
 
 
+def test_pseudo_words_are_made_up_never_held_out_and_deterministic():
+    words = pools.pools()["train"].words
+    train, heldout = set(words), set(pools.pools()["heldout"].words)
+    made = [P.pseudo_word(random.Random(i), words) for i in range(2000)]
+    assert made == [P.pseudo_word(random.Random(i), words) for i in range(2000)]
+    assert not set(made) & heldout
+    assert sum(w not in train for w in made) >= 0.8 * len(made)      # mostly new strings, not pool words
+    assert all(w.isalpha() and w.islower() and len(w) >= 3 for w in made)
+
+
+def test_pseudo_words_change_only_the_free_words_of_training_copy_tasks():
+    plain = list(itertools.islice(P.stream(3), 300))
+    assert plain == list(itertools.islice(P.stream(3, "train", 0.0), 300))
+    mixed = list(itertools.islice(P.stream(3, "train", 0.5), 300))
+    assert mixed == list(itertools.islice(P.stream(3, "train", 0.5), 300))
+    train = set(pools.pools()["train"].words)
+    words = [w for k, p, c in mixed if k == "copy" for w in re.findall(r"[a-z]+", p.split("Input:")[-1])]
+    new = [w for w in words if w not in train and len(w) > 7]
+    assert len(new) >= 0.1 * len(words), (len(new), len(words))
+    r = random.Random(5)
+    for kind in ("copy", "bullets", "number"):      # the edit itself is unchanged
+        c = P.render_copy(r, "train", kind, pseudo_words=1.0)
+        assert c.output.replace("- ", "").split()[-1] == c.input.split()[-1]
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, "0.3", True, None])
+def test_pseudo_words_must_be_a_share(bad):
+    with pytest.raises(ValueError, match="pseudo_words must be a number in"):
+        next(P.stream(0, "train", bad))
+
+
+@pytest.mark.parametrize("split", ["validation", "test"])
+def test_pseudo_words_are_refused_for_evaluation_splits(split):
+    with pytest.raises(ValueError, match="train split only"):
+        P.render_copy(random.Random(0), split, "copy", pseudo_words=0.3)
+    with pytest.raises(ValueError, match="train split only"):
+        next(P.stream(0, split, 0.3))
+
+
 def test_line_wise_copy_tasks_come_in_a_range_of_lengths():
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(str(DATA / "tokenizer_open"))

@@ -641,6 +641,26 @@ def test_bench_runs_on_cpu(tmp_path):
         bench.run(tmp_path, hf_prompts=0, device="cpu")
 
 
+def test_shape_fits_reads_the_process_memory_cap(monkeypatch):
+    """Under a T4's 15 GiB cap the 7B shape's fp16 weights (about 15 GiB) do not fit and are reported with
+    why, not built; the 0.5B shape fits; what the device has free binds as well as the cap."""
+    from types import SimpleNamespace
+    from t4lib.models.shapes import QWEN25_05B, QWEN25_7B
+    gib = 2 ** 30
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a: SimpleNamespace(total_memory=140 * gib))
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda *a: 15 / 140)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 1 * gib)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 1 * gib)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (100 * gib, 140 * gib))
+    fits, why = bench.shape_fits(QWEN25_7B)
+    assert not fits and "GiB" in why
+    assert bench.shape_fits(QWEN25_05B) == (True, "")
+    monkeypatch.setattr(torch.cuda, "get_per_process_memory_fraction", lambda *a: 1.0)
+    assert bench.shape_fits(QWEN25_7B)[0]
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (gib // 2, 140 * gib))
+    assert not bench.shape_fits(QWEN25_05B)[0]
+
+
 # ---------------------------------------------------------------------- GPU
 def _gpu_setup(dtype=torch.float16, quant=False, n=8):
     model, tok = models.load("tiny-gpu", dtype=dtype, device="cuda")

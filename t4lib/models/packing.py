@@ -24,9 +24,10 @@ class PackedStream(IterableDataset):
     loss weight of predicting ``ids[:, j + 1]``."""
 
     def __init__(self, tokenizer_dir: str, seed: int, seq_len: int, batch_size: int, prompt_weight: float = 0.25,
-                 split: str = "train"):
+                 split: str = "train", pseudo_words: float = 0.0):
         procedural.check_seed(seed)
         procedural.check_split(split)
+        self.pseudo_words = procedural.check_pseudo_words(pseudo_words, split)
         for name, v in (("seq_len", seq_len), ("batch_size", batch_size)):
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -40,7 +41,7 @@ class PackedStream(IterableDataset):
         info = get_worker_info()
         wid = info.id if info is not None else 0
         tok = AutoTokenizer.from_pretrained(self.tokenizer_dir)
-        docs = procedural.stream(self.seed * 1000 + wid, self.split)
+        docs = procedural.stream(self.seed * 1000 + wid, self.split, self.pseudo_words)
         need = self.batch_size * (self.seq_len + 1)
         ids: list[int] = []
         wts: list[float] = []

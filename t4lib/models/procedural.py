@@ -28,10 +28,11 @@ import re
 import string
 from dataclasses import dataclass, field
 from fractions import Fraction
+from functools import lru_cache
 from itertools import accumulate
 
 from t4lib.models import grammar, schema
-from t4lib.models.pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for
+from t4lib.models.pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for, pools
 
 SPLITS = ("train", "validation", "test")
 _NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -516,16 +517,65 @@ def _ident(r) -> str:
                                                                 k=r.randint(2, 6)))
 
 
-def _lines(r, words, n_lines: int) -> list[str]:
+_VOWELS = ("a", "e", "i", "o", "u", "ou", "ea", "io")
+_ONSETS = tuple("bcdfghjklmnprstvwz") + ("br", "ch", "cl", "dr", "gr", "pl", "sh", "st", "th", "tr")
+
+
+@lru_cache(maxsize=None)
+def _heldout_words() -> frozenset[str]:
+    return frozenset(pools()["heldout"].words)
+
+
+def pseudo_word(r: random.Random, words) -> str:
+    """A made-up word: a training word with one letter changed, dropped, doubled or swapped, two
+    training words spliced, or a string of syllables. A model copies it right only by copying its
+    pieces, not by recalling a spelling it has memorised (as held-out words demand). Never a
+    held-out word."""
+    while True:
+        w = r.choice(words)
+        k = r.randrange(3)
+        if k == 0:
+            i, op = r.randrange(len(w)), r.randrange(4)
+            c = r.choice(string.ascii_lowercase)
+            w = (w[:i] + c + w[i + 1:], w[:i] + w[i + 1:], w[:i] + w[i] + w[i:],
+                 w[:i] + w[i + 1:i + 2] + w[i] + w[i + 2:])[op]
+        elif k == 1:
+            v = r.choice(words)
+            w = w[:r.randint(2, max(2, len(w) - 1))] + v[r.randint(1, max(1, len(v) - 2)):]
+        else:
+            w = "".join(r.choice(_ONSETS) + r.choice(_VOWELS) for _ in range(r.randint(2, 4)))
+            w += r.choice(("", "n", "r", "s", "t", "l"))
+        if len(w) >= 3 and w not in _heldout_words():
+            return w
+
+
+def check_pseudo_words(pseudo_words, split: str) -> float:
+    if isinstance(pseudo_words, bool) or not isinstance(pseudo_words, (int, float)) or not 0 <= pseudo_words <= 1:
+        raise ValueError(f"pseudo_words must be a number in [0, 1], got {pseudo_words!r}")
+    if pseudo_words and split != "train":
+        raise ValueError(f"pseudo_words is for the train split only (evaluation sets copy held-out words), "
+                         f"got split {split!r} with pseudo_words={pseudo_words}")
+    return float(pseudo_words)
+
+
+def _word_source(r, words, pseudo_words: float):
+    """Draws a copy task's free words: from ``words``, or a :func:`pseudo_word` with probability
+    ``pseudo_words`` (0 draws exactly as a plain ``r.choice(words)``: the committed sets are unchanged)."""
+    if not pseudo_words:
+        return lambda: r.choice(words)
+    return lambda: pseudo_word(r, words) if r.random() < pseudo_words else r.choice(words)
+
+
+def _lines(r, word, n_lines: int) -> list[str]:
     out = []
     for _ in range(n_lines):
-        toks = [r.choice(words) if r.random() < 0.75 else (str(r.randint(0, 9999)) if r.random() < 0.5 else _ident(r))
+        toks = [word() if r.random() < 0.75 else (str(r.randint(0, 9999)) if r.random() < 0.5 else _ident(r))
                 for _ in range(r.randint(3, 8))]
         out.append(" ".join(toks))
     return out
 
 
-def _code(r, words, n_lines: int, names: list[str]) -> list[str]:
+def _code(r, word, n_lines: int, names: list[str]) -> list[str]:
     lines = []
     for _ in range(n_lines):
         kw = r.choice(grammar.KEYWORDS)
@@ -534,22 +584,22 @@ def _code(r, words, n_lines: int, names: list[str]) -> list[str]:
         if form == 0:
             lines.append(f"{kw} {a} = {b} + {r.randint(0, 99)}")
         elif form == 1:
-            lines.append(f"{kw} {a}({b}, {r.choice(words)})")
+            lines.append(f"{kw} {a}({b}, {word()})")
         elif form == 2:
-            lines.append(f"{a}.{r.choice(words)} = {kw}({b})")
+            lines.append(f"{a}.{word()} = {kw}({b})")
         else:
-            lines.append(f"{kw} {a} {r.choice(words)} {b}")
+            lines.append(f"{kw} {a} {word()} {b}")
     return lines
 
 
-def _records(r, words, names, n: int, fields: list[str]) -> list[dict]:
+def _records(r, word, names, n: int, fields: list[str]) -> list[dict]:
     recs = []
     for _ in range(n):
         rec = {}
         for fname in fields:
-            rec[fname] = {"name": lambda: r.choice(names), "city": lambda: r.choice(words).capitalize(),
+            rec[fname] = {"name": lambda: r.choice(names), "city": lambda: word().capitalize(),
                           "code": lambda: _ident(r), "count": lambda: str(r.randint(0, 999)),
-                          "item": lambda: r.choice(words), "year": lambda: str(r.randint(1900, 2030))}[fname]()
+                          "item": word, "year": lambda: str(r.randint(1900, 2030))}[fname]()
         recs.append(rec)
     return recs
 
@@ -577,24 +627,26 @@ def copy_size(r: random.Random, kind: str) -> int:
 
 
 def render_copy(r: random.Random, split: str, kind: str | None = None,
-                size: tuple[int, int] | None = None) -> CopyDoc:
+                size: tuple[int, int] | None = None, pseudo_words: float = 0.0) -> CopyDoc:
     """An input-grounded task whose output mostly copies the input; ``size``: lines (or twice the records)
-    range, or None for the training mix of lengths (:func:`copy_size`)."""
+    range, or None for the training mix of lengths (:func:`copy_size`); ``pseudo_words``: the share of
+    free words made up (:func:`pseudo_word`; train split only)."""
+    pseudo_words = check_pseudo_words(pseudo_words, split)
     kind = kind or r.choices(COPY_KINDS, weights=[COPY_WEIGHTS[k] for k in COPY_KINDS])[0]
     if kind not in COPY_KINDS:
         raise ValueError(f"kind must be one of {list(COPY_KINDS)}, got {kind!r}")
     pool = pool_for(split)
-    words, names = pool.words, pool.names
+    word, names = _word_source(r, pool.words, pseudo_words), pool.names
     instr = grammar.sample(r, f"copy:{kind}", split)
     n = copy_size(r, kind) if size is None else r.randint(*size)
     if kind in ("copy", "bullets", "number"):
-        lines = _lines(r, words, n)
+        lines = _lines(r, word, n)
         out = {"copy": lines, "bullets": [f"- {ln}" for ln in lines],
                "number": [f"{i + 1}. {ln}" for i, ln in enumerate(lines)]}[kind]
         return CopyDoc(kind, instr, "\n".join(lines), "\n".join(out), instr)
     if kind in ("rename", "fix"):
         idents = [_ident(r) for _ in range(4)]
-        lines = _code(r, words, n, idents)
+        lines = _code(r, word, n, idents)
         if kind == "rename":
             old, new = idents[0], _ident(r)
             while new in idents:
@@ -615,7 +667,7 @@ def render_copy(r: random.Random, split: str, kind: str | None = None,
         broken[i] = lines[i].replace(kw, typo, 1)
         return CopyDoc(kind, instr, "\n".join(broken), "\n".join(lines), instr)
     fields = r.sample(["name", "city", "code", "count", "item", "year"], r.randint(3, 4))
-    recs = _records(r, words, names, max(2, n // 2), fields)
+    recs = _records(r, word, names, max(2, n // 2), fields)
     text = "\n\n".join("\n".join(f"{k}: {v}" for k, v in rec.items()) for rec in recs)
     if kind == "csv":
         order = r.sample(fields, len(fields))
@@ -665,8 +717,9 @@ def copy_pair(doc: CopyDoc) -> tuple[str, str]:
 _MIX_KINDS, _MIX_CUM = list(MIX), list(accumulate(MIX.values()))
 
 
-def document(r: random.Random, split: str = "train") -> tuple[str, str, str]:
-    """One pretraining document ``(kind, prompt, completion)``; the completion ends with EOS."""
+def document(r: random.Random, split: str = "train", pseudo_words: float = 0.0) -> tuple[str, str, str]:
+    """One pretraining document ``(kind, prompt, completion)``; the completion ends with EOS.
+    ``pseudo_words``: the share of a copy task's free words that are made up (:func:`render_copy`)."""
     kind = r.choices(_MIX_KINDS, cum_weights=_MIX_CUM)[0]
     if kind == "problem":
         p, c = math_pair(render_problem(r, split))
@@ -678,7 +731,7 @@ def document(r: random.Random, split: str = "train") -> tuple[str, str, str]:
         trap = r.choice(["vague", "missing"]) if r.random() < LOOKUP_TRAP_SHARE else None
         p, c = math_pair(render_lookup(r, split, trap=trap))
     elif kind == "copy":
-        p, c = copy_pair(render_copy(r, split))
+        p, c = copy_pair(render_copy(r, split, pseudo_words=pseudo_words))
     elif kind == "drill":
         pairs = [drill(r) for _ in range(8)]
         p, c = "".join(a + b + "\n" for a, b in pairs[:-1]) + pairs[-1][0], pairs[-1][1]
@@ -692,8 +745,10 @@ def document(r: random.Random, split: str = "train") -> tuple[str, str, str]:
     return kind, p, c + schema.EOS
 
 
-def stream(seed: int, split: str = "train"):
-    """Endless pretraining documents ``(kind, prompt, completion)`` of ``split``, deterministic in ``seed``."""
+def stream(seed: int, split: str = "train", pseudo_words: float = 0.0):
+    """Endless pretraining documents ``(kind, prompt, completion)`` of ``split``, deterministic in ``seed``
+    (and ``pseudo_words``, the share of copy tasks' free words made up; train split only)."""
     r = random.Random(check_seed(seed) * 1_000_003 + SPLITS.index(check_split(split)))
+    pseudo_words = check_pseudo_words(pseudo_words, split)
     while True:
-        yield document(r, split)
+        yield document(r, split, pseudo_words)

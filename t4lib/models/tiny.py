@@ -468,7 +468,8 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     t0 = time.time()
     tok_dir = corpus.data_dir() / p.tokenizer
     tok = load_tokenizer(tok_dir)
-    stream = packing.PackedStream(str(tok_dir), p.seed, p.seq_len, p.batch_size, p.prompt_weight)
+    stream = packing.PackedStream(str(tok_dir), p.seed, p.seq_len, p.batch_size, p.prompt_weight,
+                                  pseudo_words=p.pseudo_words)
     generator = packing.generator_rate(stream, p.workers, seconds=8.0 if device.startswith("cuda") else 2.0)
     model = build_model(p, tok, seed=p.seed).to(device)
     model.train()
@@ -519,7 +520,8 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
         device=device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
         autocast=str(amp_dtype) if amp_dtype else None, compiled=compiled,
         corpus=dict(generator="t4lib.models.procedural", split="train", documents="generated while training, "
-                    "never repeated", mix=procedural.MIX, faker=faker.VERSION),
+                    "never repeated", mix=procedural.MIX, pseudo_words=p.pseudo_words,
+                    faker=faker.VERSION),
         tokenizer=p.tokenizer, tokenizer_sha256=corpus.sha256(f"{p.tokenizer}/tokenizer.json"),
         steps=p.steps, tokens_seen=tokens, final_loss=sum(tail) / len(tail),
         loss_every_10=[[s_, round(v, 4)] for s_, v in losses],
