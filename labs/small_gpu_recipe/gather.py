@@ -16,7 +16,7 @@ from t4lib.models import open_eval
 
 arms_dir, job, slug = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 HERE = Path(__file__).resolve().parent
-SRC = "labs/small_gpu_recipe/train_arms.sh, collect.py, after_pretraining.sh"
+SRC = "python -m t4lib.models.tiny train --preset small-gpu; labs/small_gpu_recipe/collect.py, after_pretraining.sh"
 arms = {d.name: json.loads((d / "training_record.json").read_text())
         for d in sorted(arms_dir.iterdir()) if (d / "training_record.json").is_file()}
 chosen_arm = (arms_dir / "chosen.txt").read_text().strip()
@@ -94,11 +94,12 @@ results.write(results.results_dir() / slug / "small_gpu.json", figs, provenance=
                                                     "data_wait_seconds", "compiled", "versions")),
               sft=dict(chosen_lr=chosen, validation_grounded_by_lr=val,
                        grounded_by_structure_seed_mean={s: statistics.mean(v) for s, v in sorted(worst.items())}))
-arms_record = {**results.lab_record("bash labs/small_gpu_recipe/train_arms.sh; python labs/small_gpu_recipe/collect.py"),
+arms_record = {**results.lab_record("; ".join(r["command"] for r in arms.values())
+                                     + "; python labs/small_gpu_recipe/collect.py"),
                "device": device, "date": train["date"], **MEASURED_AT,
-               "note": f"{len(arms)} pretraining arms side by side on one {device} (the same procedural stream, "
-                       f"{train['steps']} steps, {train['tokens_seen']} tokens each); the arm with the higher "
-                       "validation score (mean of 1-step, 2-step and copy exact match) becomes the preset",
+               "note": f"{len(arms)} pretraining arm(s) on one {device} ({train['steps']} steps, "
+                       f"{train['tokens_seen']} tokens each); the arm with the higher validation score (mean of "
+                       "1-step, 2-step and copy exact match) becomes the preset",
                "chosen": chosen_arm,
                "arms": {name: {"validation_score": open_eval.score(r["eval"]["validation"]),
                                "command": r["command"], "n_params": r["n_params"],
