@@ -1,19 +1,66 @@
 """Every kernel family builds for sm_75 with plain nvcc (no GPU needed), with no
-spills in hot kernels and at most 64 KB of shared memory per kernel."""
+spills in hot kernels and at most 64 KB of shared memory per kernel.
+
+The ``-Xptxas -v`` report is kept in ``resource_report.json`` beside this file, keyed by each family's
+source hash (sources and flags) and the nvcc release: a family whose key matches is read from it, any
+other is compiled again. ``T4LIB_WRITE_RESOURCE_REPORT=1`` rewrites the file from fresh compiles."""
+import json
+import os
 import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
 
 import pytest
 
 from t4lib.core import build
 
 FAMILIES = build.families()
+REPORT = Path(__file__).with_name("resource_report.json")
 pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None and not build.os.environ.get("NVCC"),
                                 reason="nvcc not installed")
 
 
+@lru_cache(maxsize=None)
+def _nvcc_release() -> str:
+    out = subprocess.run([build.find_nvcc(), "--version"], capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1] if out.strip() else "unknown"
+
+
+def _key(family: str) -> str:
+    return f"{build.source_hash(family)} {_nvcc_release()}"
+
+
+def resource_rows(family: str) -> list[dict]:
+    """The family's resource report: from resource_report.json when its key matches, else compiled."""
+    cached = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
+    entry = cached.get(family)
+    if entry and entry["key"] == _key(family) and not os.environ.get("T4LIB_WRITE_RESOURCE_REPORT"):
+        return entry["rows"]
+    rows = build.resource_report(family)
+    if os.environ.get("T4LIB_WRITE_RESOURCE_REPORT"):
+        cached = json.loads(REPORT.read_text()) if REPORT.is_file() else {}
+        cached[family] = {"key": _key(family), "rows": rows}
+        REPORT.write_text(json.dumps(dict(sorted(cached.items())), indent=1) + "\n")
+    return rows
+
+
+def test_cached_report_is_read_only_for_its_own_sources(monkeypatch, tmp_path):
+    """A stale key (the sources, flags or nvcc changed) means a fresh compile, never the stored rows."""
+    fam = FAMILIES[0]
+    fake = tmp_path / "resource_report.json"
+    fake.write_text(json.dumps({fam: {"key": "stale", "rows": [{"kernel": "stored"}]}}))
+    monkeypatch.setattr(f"{__name__}.REPORT", fake)
+    monkeypatch.delenv("T4LIB_WRITE_RESOURCE_REPORT", raising=False)
+    monkeypatch.setattr(build, "resource_report", lambda family: [{"kernel": "compiled"}])
+    assert resource_rows(fam) == [{"kernel": "compiled"}]
+    fake.write_text(json.dumps({fam: {"key": _key(fam), "rows": [{"kernel": "stored"}]}}))
+    assert resource_rows(fam) == [{"kernel": "stored"}]
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_builds_without_spills(family):
-    rows = build.resource_report(family)
+    rows = resource_rows(family)
     print("\n" + build.format_report(rows))
     assert rows, f"{family}: no kernels compiled"
     hot = [r for r in rows if r["hot"]]
