@@ -125,7 +125,7 @@ def _report(args) -> int:
     text = results.report()
     if args.out:
         results.atomic_write_text(args.out, "# Results\n\n" + results.LAYOUT_MD + "\n" + report.records()
-                                  + "\n## Figures\n\nEvery figure under "
+                                  + "\n" + report.executed_notebooks() + "\n## Figures\n\nEvery figure under "
                                   "`results/`, with its tag, device and provenance (whether the kernel sources "
                                   "changed since it was measured; `python -m t4lib report --out results/README.md` "
                                   "writes this file).\n\n" + text)

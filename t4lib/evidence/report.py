@@ -15,7 +15,8 @@ folder). ``{{sources}}`` says whether the files named beside it (in the same tab
 paragraph) were measured at today's sources: ``current``, ``changed since`` (their sources changed since),
 ``not recorded`` (the file records none). ``render`` fills them in; ``python -m t4lib report --readme README.md``
 rewrites the README's section between ``BEGIN`` and ``END``, ``python -m t4lib report --out results/README.md``
-writes the records and the full figure table, and a test fails when the README differs.
+writes the records, the executed notebooks (:func:`executed_notebooks`) and the full figure table, and a test
+fails when the README differs.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ _SOURCES = "{{sources}}"
 
 
 DATA = Path(__file__).resolve().parents[2] / "data"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def _record(path: Path, file: str, key_path: str):
@@ -125,6 +127,27 @@ def records(root: str | Path | None = None) -> str:
     return ("## Records\n\nThe detail behind each row of the README's results table, generated from the files "
             "named (template: `t4lib/evidence/report_results.md`). Figures come from the GPU named in each record; T4 "
             "figures are projections (ESTIMATED), never measurements.\n\n" + render(RECORDS.read_text(), root))
+
+
+def executed_notebooks(root: str | Path | None = None) -> str:
+    """The executed-notebooks section of ``results/README.md``: every ``results/<device>/NN_*.ipynb`` but the
+    CPU runs, with the profile, commit and sources a run stamps in its ``t4lib`` metadata, and whether those
+    sources are today's (``current``, ``changed since``, or ``not recorded`` for a copy without the stamp)."""
+    root = Path(root) if root else results.results_dir()
+    current = results.current_sources_sha256()
+    rows = ["| notebook | device | profile | commit | sources |", "|---|---|---|---|---|"]
+    copies = sorted(p for p in root.glob("*/[0-9][0-9]_*.ipynb") if p.parent.name != "cpu")
+    never = sorted({p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")} - {p.stem for p in copies})
+    for path in copies:
+        meta = json.loads(path.read_text()).get("metadata", {}).get("t4lib") or {}
+        src = meta.get("sources_sha256")
+        status = "not recorded" if not src else "current" if src == current else "changed since"
+        rows.append(f"| [{path.stem}]({path.relative_to(root).as_posix()}) | {meta.get('device', path.parent.name)} "
+                    f"| {meta.get('profile', '—')} | {str(meta.get('commit') or '—')[:10]} | {status} |")
+    return ("## Executed notebooks\n\nThe copies of the notebooks run on a GPU, with what each was run at "
+            "(`run_all.sh run` stamps it); a copy whose sources changed since shows an earlier state of the "
+            "code.\n\n" + "\n".join(rows) + "\n"
+            + (f"\nNot run on a GPU: {', '.join(never)}.\n" if never else ""))
 
 
 def section(readme: str) -> str:
