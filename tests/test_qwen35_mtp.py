@@ -1,6 +1,8 @@
 """qwen35 MTP drafts (CPU): the NextN block against its transformers-layer oracle, the multi-row verify
 forward against transformers, greedy tokens identical with and without drafts (also when drafts are
 mostly right, so rejected rows really are rolled back), and bad input."""
+import warnings
+
 import pytest
 import torch
 
@@ -117,6 +119,41 @@ def test_two_stages_verify_and_roll_back_like_one(case, monkeypatch):
     r2 = two.generate(PROMPT, NEW, mtp=3)
     assert r1.tokens == r2.tokens == plain
     assert r1.mtp["accepted_histogram"] == r2.mtp["accepted_histogram"]
+
+
+def test_graphed_mtp_verify_captures_its_graphs_and_replays_them(case, monkeypatch):
+    """With CUDA graphs on, the NextN step, the rows forward and each rejection's rollback are captured through
+    core.graphs.capture; here a stand-in that replays the call eagerly takes CUDA's place, so a capture path
+    that breaks (and would fall back to eager, slowly, on a GPU) fails on the CPU: no fallback, greedy tokens."""
+    from t4lib.models.qwen35 import engine as qwen35_engine
+
+    captured = []
+
+    class Replayed:
+        def __init__(self, fn):
+            self.fn = fn
+
+        def replay(self):
+            self.fn()
+
+    def capture(fn, *, device=None, **kw):
+        captured.append(device)
+        return Replayed(fn), None
+
+    _, _, _, _, path = case
+    plain = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=96, dtype=torch.float32).generate(PROMPT, NEW).tokens
+    monkeypatch.setattr(qwen35_engine.graphs, "capture", capture)
+    eng = Qwen35Engine.from_gguf(path, devices=["cpu"], max_len=96, dtype=torch.float32)
+    eng.use_graphs = True   # what a CUDA device sets; the stand-in captures on the CPU
+    force_drafts(monkeypatch, plain)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # a capture that fails warns and runs eagerly: an error here
+        r = eng.generate(PROMPT, NEW, mtp=3)
+    assert eng.graph_error is None
+    assert r.tokens == plain and sum(r.mtp["accepted_histogram"][:3]) > 0, r.mtp   # rejections: rollbacks ran
+    rb = eng.rows[4]
+    assert eng.mtp_step_graph is not None and rb["graphs"] is not None and rb["restore"] is not None
+    assert len(captured) == len(eng.stages) + 1 + len(eng.stages) + 3   # steps, NextN step, rows, 3 rollbacks
 
 
 def test_mtp_bad_input(case, tmp_path):

@@ -315,7 +315,7 @@ class Qwen35Engine:
             self.mtp_bufs = {"tok": long1(), "pos": long1(), "next": long1(), "chain": torch.zeros(
                 GEMV_MAX_M, dtype=torch.long, device=dev),
                 "hid": torch.zeros(1, self.cfg.hidden, dtype=self.dtype, device=dev)}
-            self.mtp_step_graph = self._try_graph(lambda: self._graph_of(self._run_mtp_step, dev))
+            self.mtp_step_graph = self._try_graph(lambda: graphs.capture(self._run_mtp_step, device=dev)[0])
         mixers = self._deltanet_mixers()
         if any(x.snap_state is None or x.snap_state.shape[0] < R - 1 for x in mixers):
             for x in mixers:   # the graphs of fewer rows hold the old snapshots: drop them
@@ -328,14 +328,15 @@ class Qwen35Engine:
               "draft": torch.zeros(R, dtype=torch.long, device=dev),
               "out": torch.zeros(R, self.cfg.hidden, dtype=self.dtype, device=dev), "graphs": None}
         rb["graphs"] = self._try_graph(
-            lambda: [self._graph_of(lambda s=s: self._run_rows(rb, s), d) for s, d in enumerate(devs)])
+            lambda: [graphs.capture(lambda s=s: self._run_rows(rb, s), device=d)[0] for s, d in enumerate(devs)])
         # a rejection's restore, one graph per accepted count and device: from Python it is two copies per
         # DeltaNet layer, launched while the GPU waits for the next round
         by_dev = {}
         for x in mixers:
             by_dev.setdefault(x.state.device, []).append(x)
-        rb["restore"] = self._try_graph(lambda: [[self._graph_of(lambda a=a, xs=xs: [x.restore(a) for x in xs], d)
-                                                  for d, xs in by_dev.items()] for a in range(R - 1)])
+        rb["restore"] = self._try_graph(lambda: [
+            [graphs.capture(lambda a=a, xs=xs: [x.restore(a) for x in xs], device=d)[0] for d, xs in by_dev.items()]
+            for a in range(R - 1)])
         self.rows[R] = rb
         return rb
 
