@@ -55,6 +55,14 @@ def test_records_are_read_by_key_path(tmp_path):
     assert R.render("{{verification/san.json|files.tests/test_x.errors|d}}", tmp_path) == "9"
     with pytest.raises(KeyError, match="no key 'tests/test_y'"):
         R.render("{{verification/san.json|files.tests/test_y.py.errors|d}}", tmp_path)
+    # a results file's other keys, with @ before the key path
+    fig = results.figure("k/t", 1.0, "s", "MEASURED", "s", note="m")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "r.json").write_text(json.dumps({"schema": 1, "figures": [fig], "provenance": {
+        "commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}, "runs": {"07_x/t4": {"status": "timed out"}}}))
+    assert R.render("{{dev/r.json|@runs.07_x/t4.status|s}}, {{dev/r.json|k/t|.0f}} s", tmp_path) == "timed out, 1 s"
+    with pytest.raises(KeyError, match="no key '08_x/t4'"):
+        R.render("{{dev/r.json|@runs.08_x/t4.status|s}}", tmp_path)
     rec = json.loads((R.DATA / "models" / "tiny-cpu" / "training_record.json").read_text())
     assert R.render("{{data:models/tiny-cpu/training_record.json|n_params|d}}") == str(rec["n_params"])
     with pytest.raises(KeyError, match="does not exist"):

@@ -11,7 +11,8 @@ records hold figures that are not results files, and are read by key path
 ledger (``FILE`` under ``verification/``, e.g. ``{{verification/nvidia-h200.json|
 gpu_tests.counts.passed|d}}``) and the local models' training records (``FILE``
 ``data:models/<name>/training_record.json``, relative to the repository's data
-folder). ``{{sources}}`` says whether the files named beside it (in the same table row, or else the same
+folder). A results file's other keys are read the same way with ``@`` before the key path
+(``{{nvidia-h200/rehearsal.json|@runs.07_x/t4.status|s}}``: a run's status). ``{{sources}}`` says whether the files named beside it (in the same table row, or else the same
 paragraph) were measured at today's sources: ``current``, ``changed since`` (their sources changed since),
 ``not recorded`` (the file records none). ``render`` fills them in; ``python -m t4lib report --readme README.md``
 rewrites the README's section between ``BEGIN`` and ``END``, ``python -m t4lib report --out results/README.md``
@@ -60,6 +61,8 @@ def _value(root: Path, cache: dict, file: str, name: str):
         raise KeyError(f"{'record' if record else 'results file'} {file} (named in a template) does not exist")
     if record:
         return _record(path, file, name)
+    if name.startswith("@"):   # a key of the results file beside its figures (a run's status, say)
+        return _record(path, file, name[1:])
     if file not in cache:
         cache[file] = results.figures_by_name(path)
     if name not in cache[file]:
