@@ -47,9 +47,7 @@ def main() -> None:
                 q = questions[r["id"]]
                 wrong[r["structure"]].append(dict(question=q["question"], answer=q["answer"], output=r["output"]))
     out = Path(__file__).with_name("sft_failures.json")
-    doc = dict(device="cpu", **{k: v for k, v in results.provenance().items() if k in ("commit", "sources_sha256")},
-               command="python labs/small_gpu_recipe/sft_failures.py", date=results.now(),
-               seconds=round(time.time() - t, 1),
+    doc = dict(results.lab_record("python labs/small_gpu_recipe/sft_failures.py"), seconds=round(time.time() - t, 1),
                settings=dict(steps=STEPS, batch=BATCH, lr=LR, traces="open_traces.jsonl", split="validation"),
                grounded_pass=after["overall"]["grounded"],
                grounded_by_structure={s: v["grounded"] for s, v in after["by_structure"].items()},
