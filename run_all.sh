@@ -37,6 +37,21 @@ VERSION_TESTS=(tests/test_serving.py tests/test_speculative.py tests/test_ragged
 # logits) has nothing to detect there.
 COUNTERLESS_CACHE_DESELECT=(--deselect "tests/test_serving.py::test_warm_up_leaves_the_cache_where_it_was[False]")
 
+# Newer transformers releases require the hub's `kernels` package; an older release imports whatever `kernels` is
+# installed and breaks at import on one newer than it declares. In a matrix environment, where the newest
+# transformers' `kernels` shows through, install the range the older release declares (its optional extra).
+matching_kernels() {
+  local req
+  req=$("$1" -c '
+from importlib.metadata import PackageNotFoundError, requires, version
+try:
+    version("kernels")
+except PackageNotFoundError:
+    raise SystemExit
+print(next((r.split(";")[0].strip() for r in requires("transformers") or [] if r.split()[0].startswith("kernels")), ""))')
+  [ -z "$req" ] || "$1" -m pip install -q "$req"
+}
+
 run_version_matrix() {
   local rc=0 v venv
   for v in $TRANSFORMERS_MATRIX; do
@@ -45,6 +60,7 @@ run_version_matrix() {
     venv=$(mktemp -d)/venv
     echo "== engines and trainers against transformers $v"
     "$PY" -m venv --system-site-packages "$venv" && "$venv/bin/python" -m pip install -q "transformers==$v" \
+      && matching_kernels "$venv/bin/python" \
       && "$venv/bin/python" -m pytest -q -p no:cacheprovider "${VERSION_TESTS[@]}" "${deselect[@]}" \
       || rc=1
     rm -rf "$(dirname "$venv")"
