@@ -117,6 +117,9 @@ def test_a_failed_notebook_is_recorded_and_the_exit_code_says_so(tmp_path):
         assert figs[f"rehearsal/{nb}/gpu_seconds"]["tag"] == "MEASURED"
         assert figs[f"rehearsal/{nb}/t4_projected_minutes"]["tag"] == "ESTIMATED"
     assert figs["rehearsal/01_kernel_kats/gpu_seconds"]["status"] == "failed"
+    for name in ("gpu_seconds", "t4_projected_minutes"):   # a run that stopped early gives no full length
+        assert "the run failed before its end" in figs[f"rehearsal/01_kernel_kats/{name}"]["note"]
+        assert "before its end" not in figs[f"rehearsal/00_environment/{name}"]["note"]
 
     # a later rehearsal of one notebook keeps the other's records
     assert rehearse.rehearse(rehearse.plan(["01"], ["t4"]), tmp_path, tmp_path / "hub", 60, 2.6e12,

@@ -414,6 +414,8 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
     shared = rec.get("concurrent", 1) > 1
     bound = (f"; up to {rec['concurrent']} notebooks ran at once on this GPU, so this is an upper bound of a solo "
              "run" if shared else "")
+    if rec["status"] != "completed":   # stopped early: the time is where it stopped, not how long the run takes
+        bound += f"; the run {rec['status']} before its end, so this is not its full length"
     figs = [results.figure(f"{key}/gpu_seconds", rec["seconds"], "s", "MEASURED", SOURCE,
                            note=f"papermill wall time of {where}, kernel start and kernel builds included{bound}",
                            **extra)]
