@@ -20,6 +20,7 @@ FP8 >= 0.85 of copy bandwidth; swizzled >= 2.5x fewer cycles than naive
 """
 from __future__ import annotations
 
+import json
 import traceback
 from pathlib import Path
 
@@ -123,8 +124,6 @@ def run(out_dir: str | Path | None = None, n_values: int = N_VALUES) -> list[dic
 
 def load_latest(root: str | Path | None = None) -> tuple[Path, dict] | None:
     """The most recently written ``bitlevel.json`` under ``results/`` (any device), or None."""
-    import json
-
     root = Path(root) if root else results.results_dir()
     found = sorted(root.glob("*/bitlevel.json"), key=lambda p: json.loads(p.read_text()).get("written", ""))
     if not found:

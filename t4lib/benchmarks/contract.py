@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import gc
 import math
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -195,8 +197,6 @@ def measure_worker(p: dict) -> dict:
 
 def long_worker(p: dict) -> dict:
     """Shape 14: full-size blockwise run (peak memory), then the reduced check."""
-    import dataclasses
-
     import torch
 
     dev, dt = _torch_setup(p["profile"])
@@ -271,8 +271,6 @@ def benchmark(out_dir=None, *, profile: str = "gpu", quick: bool = False, ids=No
     reps = reps if reps is not None else (30 if quick else timing.REPS)
     rounds = rounds if rounds is not None else timing.ROUNDS
     out_dir = Path(out_dir) if out_dir else None
-    import tempfile
-
     plan_path = (out_dir / "contract_plan.json") if out_dir else Path(tempfile.mkdtemp()) / "contract_plan.json"
     if out_dir:
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,9 @@ that held-out perplexity is still meaningful; the result then says
 """
 from __future__ import annotations
 
+import argparse
 import copy
+import inspect
 import time
 from pathlib import Path
 
@@ -268,8 +270,6 @@ def decode_log_probs(model, ids: torch.Tensor, batch_size: int = 4) -> torch.Ten
     token per step against a KV cache, so every Linear layer sees ``batch_size`` rows per step (the GEMV
     path, where ``activations="int8"`` applies; a teacher-forced forward over whole sequences takes the GEMM
     and keeps fp16 activations)."""
-    import inspect
-
     from transformers import DynamicCache
 
     dev = next(model.parameters()).device
@@ -325,8 +325,6 @@ def activation_quality(out_dir=None, model_id: str = "tiny-cpu", group_size: int
 
 def main(argv=None) -> None:
     """``python -m t4lib.benchmarks.quant_quality [--model tiny-cpu] [--eval-seqs N]``: the full measurement."""
-    import argparse
-
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("--model", default="tiny-cpu")
     ap.add_argument("--eval-seqs", type=int, default=None, help="evenly spaced held-out rows (default: all)")

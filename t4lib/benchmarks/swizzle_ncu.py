@@ -13,6 +13,8 @@ first (``reference.conflict_table``): conflicts per 8 column reads.
 """
 from __future__ import annotations
 
+import re
+
 import torch
 
 from t4lib.ops.swizzle import LAYOUTS, bench_cycles, conflict_table
@@ -43,8 +45,6 @@ def figures_from_ncu_log(text: str, source: str = "t4lib.benchmarks.swizzle_ncu 
     reads 3 per instruction. We report wavefronts per instruction (ideal 4) and
     the excess over the ideal, per layout and mode.
     """
-    import re
-
     names = {0: "naive", 1: "padded", 2: "swizzled"}
     figs, cur = [], None
     vals: dict[tuple, dict] = {}

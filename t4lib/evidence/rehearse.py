@@ -458,7 +458,7 @@ def write_records(path: Path, runs_done: dict[str, dict], figs: list[dict], copy
 
 def copy_bandwidth() -> float | None:
     """This GPU's copy bandwidth (bytes/s), measured once before the runs; None without CUDA."""
-    import torch
+    import torch  # only for a real run: planning (--dry-run) and the records import without torch
 
     if not torch.cuda.is_available():
         return None
@@ -490,7 +490,7 @@ def main(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe(runs, hub_cache, out, args.timeout))
         return 0
-    import torch
+    import torch  # only past --dry-run, which plans without torch
 
     if not torch.cuda.is_available():
         print("rehearse needs a CUDA GPU (the t4 profiles do); --dry-run prints the plan without one", file=sys.stderr)
