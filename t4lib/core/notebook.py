@@ -86,64 +86,6 @@ def figure(device: str, file: str, name: str) -> dict:
     return figs[name]
 
 
-REHEARSAL_DEVICE = "nvidia-h200"  # the folder of results/ whose rehearsal.json the notebooks' time cells read
-
-
-def rehearsal_estimate(name: str, profile: str = "t4", device: str = REHEARSAL_DEVICE) -> dict[str, Any]:
-    """How long the dress rehearsal (``results/<device>/rehearsal.json``, ``python -m t4lib rehearse``) took to run
-    notebook ``name`` (``"02_thermal_pacing"``) in ``profile``, and the T4 minutes it projects (ESTIMATED). Returns
-    ``found``, ``status``, ``seconds`` (wall time on ``device``), ``t4_minutes`` (None where not projected),
-    ``upper_bound`` (the run shared the GPU with others, so both are upper bounds of a solo run), ``concurrent``,
-    ``commit`` (the record's provenance), ``longest_cell`` (``seconds`` and the heading it is ``under`` in the
-    executed copy, or None) and ``text``, a few lines saying all that, or one saying that nothing is recorded."""
-    stem = Path(name).stem
-    path = results.results_dir() / device / "rehearsal.json"
-    try:
-        shown = path.resolve().relative_to(results.REPO_ROOT).as_posix()
-    except ValueError:
-        shown = str(path)
-    out: dict[str, Any] = {"found": False, "status": None, "seconds": None, "t4_minutes": None, "upper_bound": False,
-                           "concurrent": 1, "commit": None, "longest_cell": None, "path": shown}
-    doc = results.read_results(path)
-    rec = ((doc or {}).get("runs") or {}).get(f"{stem}/{profile}")
-    if not isinstance(rec, dict):
-        why = f"{shown} is missing or not a valid results file" if doc is None else f"no run of it in {shown}"
-        return {**out, "text": f"no dress rehearsal recorded for {stem} (profile {profile}): {why}"}
-    key = f"rehearsal/{stem}" + ("" if profile == "t4" else f"/{profile}")
-    figs = {f["name"]: f for f in doc["figures"]}
-    proj = figs.get(f"{key}/t4_projected_minutes")
-    prov = ((proj or {}).get("carried_over") or {}).get("provenance") or doc.get("provenance") or {}
-    concurrent = rec.get("concurrent") or 1
-    out.update(found=True, status=rec.get("status"), seconds=rec.get("seconds"), concurrent=concurrent,
-               upper_bound=concurrent > 1, commit=prov.get("commit"),
-               t4_minutes=proj["value"] if proj else None)
-    commit = out["commit"] if out["commit"] in (None, results.UNRECORDED) else out["commit"][:7]
-    wall = figs.get(f"{key}/gpu_seconds")
-    try:  # the longest code cell of the executed copy, named by the heading above it
-        cells = json.loads((path.parent / rec["executed_copy"]).read_text(encoding="utf-8"))["cells"]
-        heading, longest = stem, None
-        for c in cells:
-            src = "".join(c.get("source", ""))
-            if c.get("cell_type") == "markdown" and src.startswith("#"):
-                heading = src.splitlines()[0].lstrip("# ").strip()
-            secs = (c.get("metadata", {}).get("papermill") or {}).get("duration")
-            if c.get("cell_type") == "code" and isinstance(secs, (int, float)) and secs > (longest or (0,))[0]:
-                longest = (secs, heading)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        longest = None
-    out["longest_cell"] = {"seconds": longest[0], "under": longest[1]} if longest else None
-    lines = [f"dress rehearsal of {stem} (profile {profile}, commit {commit or results.UNRECORDED}) on {device}: "
-             f"{out['status']} in {out['seconds']} s" + (f" ({wall['tag']})" if wall else "")]
-    if longest:
-        lines.append(f"  longest cell: under \"{longest[1]}\", {longest[0]:.0f} s")
-    lines.append(f"  projected for a T4: about {out['t4_minutes']:.0f} min ({proj['tag']})" if proj
-                 else "  projected for a T4: not recorded")
-    if out["upper_bound"]:
-        lines.append(f"  upper bounds of a solo run: {concurrent} notebooks shared the GPU")
-    text = "\n".join(lines)
-    return {**out, "text": text}
-
-
 # ---------------------------------------------------------------- the stamp of an executed notebook
 
 STAMP_KEY = "t4lib"

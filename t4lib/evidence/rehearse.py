@@ -54,6 +54,7 @@ from t4lib.evidence import hub_standins
 NOTEBOOKS = results.REPO_ROOT / "notebooks"
 PROFILES = ("t4", "kaggle-2xt4")
 T4_MEMORY_GIB = 15.0          # what a T4 leaves a process: 16 GB of GDDR6, ECC and the driver's share taken out
+T4_MINUTES_TARGET = 20       # a t4 profile projected longer says so up front and how to run it shorter
 DEFAULT_TIMEOUT_S = 1800      # per run: Colab's free tier disconnects an idle session after about 30 minutes
 DEFAULT_HUB_CACHE = Path(tempfile.gettempdir()) / "t4lib_rehearsal_hub"
 STARTUP_FILE = Path(__file__).with_name("rehearsal_startup.py")
@@ -77,6 +78,11 @@ GENERATION = {
 }
 
 
+def figure_key(stem: str, profile: str) -> str:
+    """The figures' prefix of a run: ``rehearsal/<notebook>`` (t4) or ``rehearsal/<notebook>/<profile>``."""
+    return f"rehearsal/{stem}" + ("" if profile == "t4" else f"/{profile}")
+
+
 @dataclass
 class Run:
     """One papermill execution: a notebook under one profile."""
@@ -87,8 +93,7 @@ class Run:
 
     @property
     def key(self) -> str:
-        """The figures' prefix: ``rehearsal/<notebook>`` (t4) or ``rehearsal/<notebook>/<profile>``."""
-        return f"rehearsal/{self.notebook.stem}" + ("" if self.profile == "t4" else f"/{self.profile}")
+        return figure_key(self.notebook.stem, self.profile)
 
     @property
     def copy_name(self) -> str:
@@ -412,12 +417,12 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
     where = f"{rec['notebook']} ({rec['profile']}), {rec['status']}"
     extra = {"status": rec["status"], "parameters": rec["parameters"]}
     shared = rec.get("concurrent", 1) > 1
-    bound = (f"; up to {rec['concurrent']} notebooks ran at once on this GPU, so this is an upper bound of a solo "
-             "run" if shared else "")
+    caveat = (f"; up to {rec['concurrent']} notebooks ran at once on this GPU, so this is an upper bound of a solo "
+              "run" if shared else "")
     if rec["status"] != "completed":   # stopped early: the time is where it stopped, not how long the run takes
-        bound += f"; the run {rec['status']} before its end, so this is not its full length"
+        caveat += f"; the run {rec['status']} before its end, so this is not its full length"
     figs = [results.figure(f"{key}/gpu_seconds", rec["seconds"], "s", "MEASURED", SOURCE,
-                           note=f"papermill wall time of {where}, kernel start and kernel builds included{bound}",
+                           note=f"papermill wall time of {where}, kernel start and kernel builds included{caveat}",
                            **extra)]
     peak = rec["torch_peak"]
     if peak:
@@ -438,7 +443,7 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
                                        else "no NVML reading: all of the wall time") +
                   f") scaled by this device's copy bandwidth ({copy_bw / 1e9:.0f} GB/s, measured) over the T4's "
                   f"sustained {hw.T4.sustained_bw / 1e9:.0f} GB/s (memory-bound scaling); CPU time unscaled, "
-                  "on this host's CPU (Colab's is slower). Not measured on a T4" + bound + "."), **extra))
+                  "on this host's CPU (Colab's is slower). Not measured on a T4" + caveat + "."), **extra))
     return figs
 
 
@@ -466,6 +471,70 @@ def copy_bandwidth() -> float | None:
     torch.cuda.empty_cache()
     return bw
 
+
+
+# ------------------------------------------------------------------------------------------ reading them back
+
+RECORD_DEVICE = "nvidia-h200"  # the folder of results/ whose rehearsal.json the notebooks' time cells read
+
+
+def estimate(name: str, profile: str = "t4", device: str = RECORD_DEVICE) -> dict:
+    """What the rehearsal recorded for notebook ``name`` (``"02_thermal_pacing"``) in ``profile``: ``found``,
+    ``status``, ``seconds`` (wall time on ``device``), ``t4_minutes`` (ESTIMATED; None where not projected),
+    ``over_target`` (past :data:`T4_MINUTES_TARGET`), ``upper_bound`` and ``concurrent`` (the run shared the
+    GPU, so both are upper bounds of a solo run), ``commit`` (the projection's provenance), ``longest_cell``
+    (``seconds`` and the heading it is ``under`` in the executed copy, or None without one) and ``text``, a few
+    lines saying all that, or one saying that nothing is recorded."""
+    stem = Path(name).stem
+    path = results.results_dir() / device / "rehearsal.json"
+    try:
+        shown = path.resolve().relative_to(results.REPO_ROOT).as_posix()
+    except ValueError:
+        shown = str(path)
+    out = {"found": False, "status": None, "seconds": None, "t4_minutes": None, "over_target": False,
+           "upper_bound": False, "concurrent": 1, "commit": None, "longest_cell": None, "path": shown}
+    doc = results.read_results(path)
+    rec = ((doc or {}).get("runs") or {}).get(f"{stem}/{profile}")
+    if not isinstance(rec, dict):
+        why = f"{shown} is missing or not a valid results file" if doc is None else f"no run of it in {shown}"
+        return {**out, "text": f"no dress rehearsal recorded for {stem} (profile {profile}): {why}"}
+    key = figure_key(stem, profile)
+    figs = {f["name"]: f for f in doc["figures"]}
+    proj, wall = figs.get(f"{key}/t4_projected_minutes"), figs.get(f"{key}/gpu_seconds")
+    prov = ((proj or {}).get("carried_over") or {}).get("provenance") or doc.get("provenance") or {}
+    concurrent = rec.get("concurrent") or 1
+    out.update(found=True, status=rec.get("status"), seconds=rec.get("seconds"), concurrent=concurrent,
+               upper_bound=concurrent > 1, commit=prov.get("commit"), t4_minutes=proj["value"] if proj else None)
+    out["over_target"] = (out["t4_minutes"] or 0) > T4_MINUTES_TARGET
+    out["longest_cell"] = _longest_cell(path.parent / rec["executed_copy"], stem) if rec.get("executed_copy") else None
+    commit = out["commit"] if out["commit"] in (None, results.UNRECORDED) else out["commit"][:7]
+    lines = [f"dress rehearsal of {stem} (profile {profile}, commit {commit or results.UNRECORDED}) on {device}: "
+             f"{out['status']} in {out['seconds']} s" + (f" ({wall['tag']})" if wall else "")]
+    if out["longest_cell"]:
+        lines.append(f"  longest cell: under \"{out['longest_cell']['under']}\", {out['longest_cell']['seconds']:.0f} s")
+    lines.append(f"  projected for a T4: about {out['t4_minutes']:.0f} min ({proj['tag']})" if proj
+                 else "  projected for a T4: not recorded")
+    if out["upper_bound"]:
+        lines.append(f"  upper bounds of a solo run: {concurrent} notebooks shared the GPU")
+    return {**out, "text": "\n".join(lines)}
+
+
+def _longest_cell(executed: Path, stem: str) -> dict | None:
+    """The longest code cell of an executed copy (papermill's durations), named by the heading above it; None
+    when the copy is not there."""
+    try:
+        cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+    except (OSError, ValueError):
+        return None
+    heading, longest = stem, None
+    for c in cells:
+        src = "".join(c.get("source", ""))
+        if c["cell_type"] == "markdown" and src.startswith("#"):
+            heading = src.splitlines()[0].lstrip("# ").strip()
+        secs = c.get("metadata", {}).get("papermill", {}).get("duration")
+        if c["cell_type"] == "code" and isinstance(secs, (int, float)) and (longest is None or secs > longest["seconds"]):
+            longest = {"seconds": secs, "under": heading}
+    return longest
 
 # ------------------------------------------------------------------------------------------ command line
 
