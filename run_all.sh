@@ -37,6 +37,16 @@ VERSION_TESTS=(tests/test_serving.py tests/test_speculative.py tests/test_ragged
 # logits) has nothing to detect there.
 COUNTERLESS_CACHE_DESELECT=(--deselect "tests/test_serving.py::test_warm_up_leaves_the_cache_where_it_was[False]")
 
+# A matrix environment sees every package of the environment running this script (its site directories, .pth
+# files included, after its own, so the transformers it installs wins). --system-site-packages would not do:
+# made from a virtual environment's python, it shows the base interpreter's packages, not the environment's.
+see_outer_packages() {
+  local dirs purelib
+  dirs=$("$PY" -c 'import site; print("; ".join(f"site.addsitedir({p!r})" for p in site.getsitepackages()))')
+  purelib=$("$1" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  echo "import site; $dirs" > "$purelib/t4lib_outer_environment.pth"
+}
+
 # Newer transformers releases require the hub's `kernels` package; an older release imports whatever `kernels` is
 # installed and breaks at import on one newer than it declares. In a matrix environment, where the newest
 # transformers' `kernels` shows through, install the range the older release declares (its optional extra).
@@ -59,8 +69,8 @@ run_version_matrix() {
     [ "$v" = 5.0.0 ] && deselect=("${COUNTERLESS_CACHE_DESELECT[@]}")
     venv=$(mktemp -d)/venv
     echo "== engines and trainers against transformers $v"
-    "$PY" -m venv --system-site-packages "$venv" && "$venv/bin/python" -m pip install -q "transformers==$v" \
-      && matching_kernels "$venv/bin/python" \
+    "$PY" -m venv "$venv" && see_outer_packages "$venv/bin/python" \
+      && "$venv/bin/python" -m pip install -q "transformers==$v" && matching_kernels "$venv/bin/python" \
       && "$venv/bin/python" -m pytest -q -p no:cacheprovider "${VERSION_TESTS[@]}" "${deselect[@]}" \
       || rc=1
     rm -rf "$(dirname "$venv")"
