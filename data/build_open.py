@@ -29,7 +29,6 @@ except ImportError:
     from data.build_tokenizer import _portable_config, train_tokenizer, wrap
 
 from t4lib.models import procedural as P
-from t4lib.models.schema import certify_trace
 
 SEED = 4242
 TOKENIZER_DOCS = 60_000
@@ -95,30 +94,16 @@ def eval_sets(seed: int = SEED) -> dict[str, list[dict]]:
     return out
 
 
-def traces(n: int = N_TRACES, seed: int = SEED + 1) -> list[dict]:
-    """Certified five-tag traces of training-split problems, cycling through the structures."""
-    r = random.Random(seed)
-    names = list(P.STRUCTURES)
-    out = []
-    for i in range(n):
-        d = P.render_problem(r, "train", names[i % len(names)])
-        t = P.trace_of(d)
-        certify_trace(t, expected_answer=d.answer)   # raises if anything is off
-        out.append(dict(id=f"open-trace-{i:05d}", structure=d.structure, n_steps=d.n_steps, question=d.question,
-                        answer=d.answer, trace=t, certified=True))
-    return out
-
-
 def tokenizer_texts(n: int = TOKENIZER_DOCS, seed: int = SEED + 2) -> list[str]:
     g = P.stream(seed, "train")
     texts = [p + c for _, p, c in (next(g) for _ in range(n))]
-    return texts + [t["trace"] for t in traces(500, seed + 1)]
+    return texts + [t["trace"] for t in P.certified_traces(500, seed + 1)]
 
 
 def build(out=None) -> list[dict]:
     out = out_dir() if out is None else out
     entries = [dict(write_jsonl(out / name, recs), seed=SEED) for name, recs in eval_sets().items()]
-    entries.append(dict(write_jsonl(out / "open_traces.jsonl", traces()), seed=SEED + 1))
+    entries.append(dict(write_jsonl(out / "open_traces.jsonl", P.certified_traces(N_TRACES)), seed=P.TRACE_SEED))
     fast = wrap(train_tokenizer(tokenizer_texts(), VOCAB_SIZE))
     tdir = out / "tokenizer_open"
     fast.save_pretrained(str(tdir))

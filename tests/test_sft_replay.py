@@ -45,3 +45,55 @@ def test_replay_prompt_tokens_carry_no_loss():
     n_prompt = len(tok(mixed[1]["prompt"], add_special_tokens=False)["input_ids"])
     assert ex["completion_start"] == n_prompt and all(ex["masked"][:n_prompt]) and not any(ex["masked"][n_prompt:])
     assert ex["tokens"][-1] == tok.eos_token and ex["tokens"].count(tok.eos_token) == 1
+
+
+def test_procedural_replay_is_the_pretraining_plain_format():
+    from t4lib.models import procedural, schema
+    from t4lib.train.data import replay_dataset
+
+    ds = replay_dataset(20, seed=3, source="procedural")
+    assert len(ds) == 20 and set(ds.column_names) == {"prompt", "completion"}
+    for row in ds:
+        assert row["prompt"].startswith("Question: ") and row["prompt"].endswith("\nAnswer:")
+        assert schema.extract_answer(row["completion"]) is not None and schema.EOS not in row["completion"]
+    assert [(r["prompt"], r["completion"]) for r in ds] == procedural.plain_problems(20, 3)
+    assert replay_dataset(20, seed=4, source="procedural")["prompt"] != ds["prompt"]
+
+
+def test_replay_bad_source():
+    from t4lib.train.data import replay_dataset
+
+    with pytest.raises(ValueError, match="source"):
+        replay_dataset(2, source="open_math_test")
+
+
+def test_procedural_traces_extend_the_committed_file():
+    from t4lib.models import corpus
+    from t4lib.train.data import load_traces
+
+    committed = corpus.load_jsonl("open_traces.jsonl")
+    more = load_traces("procedural:4100")
+    assert len(more) == 4100 and more[:4000] == committed
+    assert len({r["question"] for r in more}) > 4050          # the extra hundred are new problems
+    assert all(r["certified"] for r in more[4000:])
+
+
+@pytest.mark.parametrize("spec", ["procedural:", "procedural:0", "procedural:-2", "procedural:1e3", "nope.jsonl", "",
+                                  None])
+def test_bad_trace_spec_names_traces(spec):
+    from t4lib.train.data import load_traces
+
+    with pytest.raises(ValueError, match="traces"):
+        load_traces(spec)
+
+
+def test_cli_rejects_bad_traces_and_replay_source_before_loading(tmp_path, capsys):
+    from t4lib.train import sft
+
+    out = str(tmp_path / "r.json")
+    with pytest.raises(SystemExit):
+        sft.main(["--traces", "procedural:zero", "--out", out])
+    assert "--traces" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        sft.main(["--replay", "4", "--replay-from", "hub", "--out", out])
+    assert "--replay-from" in capsys.readouterr().err

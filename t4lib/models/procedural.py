@@ -510,6 +510,37 @@ def trace_of(doc: MathDoc) -> str:
                                compute=list(doc.steps), verify=list(p.verify), answer=doc.answer)
 
 
+#: the seed of the committed SFT traces (``data/open_traces.jsonl``: the first 4000 of this stream)
+TRACE_SEED = 4243
+
+
+def certified_traces(n: int, seed: int = TRACE_SEED) -> list[dict]:
+    """``n`` five-tag traces of training-split problems, cycling through the structures, each certified with
+    SymPy (:func:`schema.certify_trace`, which raises if anything is off). Deterministic in ``seed``; the first
+    ``k`` of ``n`` are the ``k`` of a shorter call, so more traces extend the committed file rather than replace it."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    r = random.Random(check_seed(seed))
+    names = list(STRUCTURES)
+    out = []
+    for i in range(n):
+        d = render_problem(r, "train", names[i % len(names)])
+        t = trace_of(d)
+        schema.certify_trace(t, expected_answer=d.answer)
+        out.append(dict(id=f"open-trace-{i:05d}", structure=d.structure, n_steps=d.n_steps, question=d.question,
+                        answer=d.answer, trace=t, certified=True))
+    return out
+
+
+def plain_problems(n: int, seed: int) -> list[tuple[str, str]]:
+    """``n`` training-split problems in the pretraining's plain format, ``(prompt, completion)`` without EOS
+    (as :func:`document` renders a ``problem`` document): plain-format replay for SFT."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive int, got {n!r}")
+    r = random.Random(check_seed(seed) * 1_000_003 + 7)
+    return [math_pair(render_problem(r, "train")) for _ in range(n)]
+
+
 # ----------------------------------------------------------------------------- copy/edit tasks
 
 def _ident(r) -> str:

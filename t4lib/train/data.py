@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from t4lib.models import schema
 from t4lib.models.answers import Unparseable
-from t4lib.models import corpus
+from t4lib.models import corpus, procedural
 
 #: columns an SFT data set must have (TRL's prompt/completion format)
 REQUIRED_COLUMNS = ("prompt", "completion")
@@ -112,24 +112,71 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
     return Dataset.from_list(rows), rep
 
 
-def replay_dataset(n: int, seed: int = 0):
-    """``n`` problems of ``math_train.jsonl`` in the base model's own plain format (columns ``prompt``,
-    ``completion``), to mix into SFT: the plain arithmetic the model already does is rehearsed while the tag
-    schema is learned. Problems whose question is also a trace's are left out."""
+#: where plain-format replay comes from: the committed tiny-model corpus, or the procedural generator
+REPLAY_SOURCES = ("math_train", "procedural")
+#: a trace spec that generates certified traces rather than reading a file: ``procedural:<count>``
+PROCEDURAL_TRACES = "procedural:"
+
+
+def check_traces(spec) -> int | None:
+    """ValueError naming ``traces`` unless ``spec`` is a JSONL file in ``data/`` or ``procedural:N`` (N > 0);
+    the count N, or None for a file. Checked before any model loads."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"traces must be a data file name or 'procedural:N', got {spec!r}")
+    if spec.startswith(PROCEDURAL_TRACES):
+        count = spec[len(PROCEDURAL_TRACES):]
+        if not count.isdigit() or int(count) < 1:
+            raise ValueError(f"traces: 'procedural:N' needs a positive count N, got {spec!r}")
+        return int(count)
+    if not (corpus.data_dir() / spec).is_file():
+        raise ValueError(f"traces: no data file {spec!r} in {corpus.data_dir()} (or give 'procedural:N')")
+    return None
+
+
+def load_traces(spec: str) -> list[dict]:
+    """The SFT trace records named by ``spec`` (:func:`check_traces`): a JSONL file in ``data/``
+    (``open_traces.jsonl``), or ``procedural:N``, N certified traces from the procedural generator
+    (:func:`t4lib.models.procedural.certified_traces`; its first 4000 are ``open_traces.jsonl``)."""
+    count = check_traces(spec)
+    return corpus.load_jsonl(spec) if count is None else procedural.certified_traces(count)
+
+
+def replay_dataset(n: int, seed: int = 0, source: str = "math_train"):
+    """``n`` problems in the base model's own plain format (columns ``prompt``, ``completion``), to mix into
+    SFT: the plain arithmetic the model already does is rehearsed while the tag schema is learned.
+    ``source``: ``math_train`` (problems of ``math_train.jsonl`` that no trace of ``traces.jsonl`` uses, for the
+    models of the committed corpus) or ``procedural`` (fresh training-split problems of the procedural
+    generator, for the models trained on it)."""
     import random
 
     from datasets import Dataset
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
-    traced = {r["question"] for r in corpus.load_jsonl("traces.jsonl")}
-    recs = [r for r in corpus.load_jsonl("math_train.jsonl") if r["question"] not in traced]
-    if n > len(recs):
-        raise ValueError(f"n={n} exceeds the {len(recs)} math_train problems that no trace uses")
-    random.Random(seed).shuffle(recs)
+    if source not in REPLAY_SOURCES:
+        raise ValueError(f"source must be one of {REPLAY_SOURCES}, got {source!r}")
+    if source == "procedural":
+        pairs = procedural.plain_problems(n, seed)
+    else:
+        traced = {r["question"] for r in corpus.load_jsonl("traces.jsonl")}
+        recs = [r for r in corpus.load_jsonl("math_train.jsonl") if r["question"] not in traced]
+        if n > len(recs):
+            raise ValueError(f"n={n} exceeds the {len(recs)} math_train problems that no trace uses")
+        random.Random(seed).shuffle(recs)
+        pairs = [(schema.math_prompt(r["question"]), schema.math_completion(r["steps"], r["answer"]))
+                 for r in recs[:n]]
     # no EOS in the text: TRL appends it, as for the traces (completion_text)
-    return Dataset.from_list([dict(prompt=schema.math_prompt(r["question"]),
-                                   completion=schema.math_completion(r["steps"], r["answer"])) for r in recs[:n]])
+    return Dataset.from_list([dict(prompt=p, completion=c) for p, c in pairs])
+
+
+def with_replay(traces, n: int, seed: int = 0, source: str = "math_train"):
+    """The trace data set ``traces`` (:func:`traces_dataset`) followed by ``n`` plain-format problems
+    (:func:`replay_dataset`); ``n`` = 0 gives ``traces`` unchanged. The Trainer shuffles them together."""
+    if n == 0:
+        return traces
+    from datasets import concatenate_datasets
+
+    return concatenate_datasets([traces.select_columns(list(REQUIRED_COLUMNS)), replay_dataset(n, seed, source)])
 
 
 class _Reject(Exception):

@@ -22,11 +22,12 @@ from pathlib import Path
 
 from t4lib.core import results
 from t4lib.core.build import cache_dir
-from t4lib.models import corpus, load
+from t4lib.models import load
 from t4lib.quant import quantize_model
 from t4lib.quant.linear import QuantLinear
 from t4lib.train import evaluate as ev
-from t4lib.train.data import check_prompt_completion, replay_dataset, traces_dataset
+from t4lib.train.data import (REPLAY_SOURCES, check_prompt_completion, check_traces, load_traces, traces_dataset,
+                              with_replay)
 from t4lib.train.fused_adamw import FusedAdamWLinear, replace_linears, restore_linears
 
 # PEFT warns on every layer type it does not know, even when a custom module is registered for it.
@@ -442,13 +443,13 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
         device: str | None = None, output_dir: str = "/tmp/t4lib_sft", eval_sets=tuple(EVAL_SETS),
         eval_n: int | None = None, before: bool = False, save_to: str | None = None,
         train_records: list[dict] | None = None, progress: bool = True, replay: int = 0,
-        keep_rows: bool = False) -> dict:
+        replay_source: str = "math_train", keep_rows: bool = False) -> dict:
     """Load ``model_id`` on ``base``, SFT it on the traces, evaluate, optionally save; a JSON-able record.
 
     ``before``: also evaluate the untouched base (tag and plain formats). ``save_to``: the merged
     fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer. ``replay``:
-    that many plain-format problems (:func:`t4lib.train.data.replay_dataset`) mixed into the traces.
-    ``keep_rows``: the after-SFT evaluation keeps every output (:func:`evaluate_sets`)."""
+    that many plain-format problems (:func:`t4lib.train.data.replay_dataset`, from ``replay_source``) mixed into
+    the traces. ``keep_rows``: the after-SFT evaluation keeps every output (:func:`evaluate_sets`)."""
     import torch
 
     s = settings or SFTSettings()
@@ -465,10 +466,8 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
     ds, report = traces_dataset(tok, train_records, max_length=s.max_length)
     rec["data"] = report.as_dict()
     if replay:
-        from datasets import concatenate_datasets
-
-        ds = concatenate_datasets([ds.select_columns(["prompt", "completion"]), replay_dataset(replay, s.seed)])
-        rec["data"]["replay"] = replay
+        ds = with_replay(ds, replay, s.seed, replay_source)
+        rec["data"].update(replay=replay, replay_source=replay_source)
     res = train(model, tok, ds, s, output_dir)
     rec.update(settings=res.settings, losses=res.losses, train_seconds=res.train_seconds,
                trainable_params=res.trainable_params)
@@ -503,9 +502,14 @@ def main(argv=None):
     ap.add_argument("--eval-sets", default=",".join(EVAL_SETS))
     ap.add_argument("--eval-only", action="store_true", help="evaluate the base (plain and tag formats) only")
     ap.add_argument("--replay", type=int, default=0, help="plain-format math problems mixed into the traces")
+    ap.add_argument("--replay-from", default="math_train", choices=REPLAY_SOURCES,
+                    help="where --replay's problems come from: math_train.jsonl (the committed corpus's models) or "
+                         "the procedural generator (small-gpu's corpus)")
     ap.add_argument("--traces", default="traces.jsonl",
-                    help="the trace file in data/: traces.jsonl (800, the train templates) or traces_wide.jsonl "
-                         "(1600, eight phrasings per structure)")
+                    help="the trace file in data/: traces.jsonl (800, the train templates), traces_wide.jsonl "
+                         "(1600, eight phrasings per structure), open_traces.jsonl (4000, small-gpu's corpus); or "
+                         "procedural:N, N certified traces generated from small-gpu's training grammar (the first "
+                         "4000 are open_traces.jsonl)")
     ap.add_argument("--weight-decay", type=float, default=0.0)
     ap.add_argument("--neftune", type=float, default=None,
                     help="NEFTune noise alpha (uniform noise on the input embeddings while training; TRL's "
@@ -559,7 +563,7 @@ def main(argv=None):
         return 0
     rec = run(a.model, base=a.base, settings=s, before=a.before, eval_n=a.eval_n, save_to=a.save,
               eval_sets=sets, output_dir=f"/tmp/t4lib_sft_{a.base}_{a.method}_{a.seed}", replay=a.replay,
-              train_records=corpus.load_jsonl(a.traces), keep_rows=a.keep_outputs)
+              replay_source=a.replay_from, train_records=load_traces(a.traces), keep_rows=a.keep_outputs)
     rec["data"]["traces"] = a.traces
     results.write_json(a.out, rec, default=str)
     a_ = rec["after"].get("heldout_1_2", {}).get("overall", {})
@@ -589,8 +593,11 @@ def _check_args(ap, a) -> None:
     if not sets or unknown:
         ap.error(f"--eval-sets must name one or more of {sorted(EVAL_SETS)} (comma-separated), got {a.eval_sets!r}")
     a.eval_sets = sets
-    if not a.eval_only and not (corpus.data_dir() / a.traces).is_file():
-        ap.error(f"--traces: no data file {a.traces!r} in {corpus.data_dir()}")
+    if not a.eval_only:
+        try:
+            check_traces(a.traces)
+        except ValueError as e:
+            ap.error(f"--{e}")
     try:
         results.check_writable(a.out, "--out")
         if a.save:
