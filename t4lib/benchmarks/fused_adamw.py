@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from t4lib.benchmarks import ncu_log_figures
 from t4lib.core import timing, hw, results
 from t4lib.ops.fused_adamw import BYTES_PER_PARAM, adamw_, fused_adamw_, unfused_adamw_, weight_grad
 
@@ -226,13 +227,7 @@ def run(out_dir: str | Path, quick: bool = False, ncu_log: str | Path | None = N
                 errors.append(f"{N}x{K}xT{T}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
             torch.cuda.empty_cache()
     if ncu_log and Path(ncu_log).is_file():
-        try:
-            nfigs = figures_from_ncu_log(Path(ncu_log).read_text())
-            figs += nfigs
-            if not nfigs:
-                errors.append(f"no ncu figures parsed from {ncu_log}")
-        except Exception as e:
-            errors.append(f"ncu log: {type(e).__name__}: {e}")
+        figs += ncu_log_figures(ncu_log, figures_from_ncu_log, errors)
     mm = "torch.mm(out_dtype=float32)" if _MM_MODE["out_dtype"] else "torch.mm fp16 output, then .float()"
     return results.write(Path(out_dir) / "fused_adamw.json", figs, errors=errors, shapes="NxK (out x in), T tokens",
                          ncu_command=NCU_CMD, torch_fused_gemm=mm,

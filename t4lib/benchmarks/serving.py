@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from t4lib.benchmarks import out_folder, print_figures
 from t4lib.core import timing, hw, results
 from t4lib.quant import quantize_model, set_activations, weight_bytes
 from t4lib.serving.engine import StaticEngine, hf_generate
@@ -252,10 +253,8 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="+", default=["serving", "serve_batch"], choices=["serving", "serve_batch"])
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
-    out = Path(a.out) if a.out else results.results_dir() / hw.device_slug()
-    figs = run(out, quick=a.quick, serving="serving" in a.sections, serve_batch="serve_batch" in a.sections)
-    for f in figs:
-        print(f"  {f['name']:<64} {f['value']:>12.4g} {f['unit']:<9} {f['tag']}")
+    figs = run(out_folder(a.out), quick=a.quick, serving="serving" in a.sections, serve_batch="serve_batch" in a.sections)
+    print_figures(figs)
     return 0
 
 

@@ -26,7 +26,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from t4lib.core import timing, hw, results
+from t4lib.benchmarks import out_folder, print_figures
+from t4lib.core import timing, results
 from t4lib.ops.int8_activations import empty_blocks
 from t4lib.ops.w4a16 import GEMV_MAX_M, MMA_MAX_M, binding, gemm, gemv, mma
 from t4lib.ops.w4a16.format import QuantizedWeight
@@ -223,10 +224,8 @@ def main(argv=None) -> int:
     p.add_argument("--sections", nargs="+", default=["gemv", "gemm"], choices=["gemv", "gemm"])
     p.add_argument("--quick", action="store_true")
     a = p.parse_args(argv)
-    out = Path(a.out) if a.out else results.results_dir() / hw.device_slug()
-    figs = run(out, quick=a.quick, gemv_section="gemv" in a.sections, gemm_section="gemm" in a.sections)
-    for f in figs:
-        print(f"  {f['name']:<64} {f['value']:>12.4g} {f['unit']:<9} {f['tag']}")
+    figs = run(out_folder(a.out), quick=a.quick, gemv_section="gemv" in a.sections, gemm_section="gemm" in a.sections)
+    print_figures(figs)
     return 0
 
 

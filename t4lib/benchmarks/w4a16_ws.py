@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from t4lib.benchmarks import ncu_log_figures
 from t4lib.core import timing, hw, results
 from t4lib.ops.w4a16 import gemm
 from t4lib.benchmarks.w4a16 import _qbytes, _rand_qw
@@ -111,13 +112,7 @@ def run(out_dir: str | Path, quick: bool = False, ncu_log: str | Path | None = N
             errors.append(f"{M}x{K}x{N}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
         torch.cuda.empty_cache()
     if ncu_log:
-        try:
-            nfigs = figures_from_ncu_log(Path(ncu_log).read_text())
-            figs += nfigs
-            if not nfigs:
-                errors.append(f"no ncu figures parsed from {ncu_log}")
-        except Exception as e:
-            errors.append(f"ncu log: {type(e).__name__}: {e}")
+        figs += ncu_log_figures(ncu_log, figures_from_ncu_log, errors)
     return results.write(Path(out_dir) / "w4a16_gemm_ws.json", figs, errors=errors, shapes="MxKxN",
                          ncu_command=NCU_CMD,
                          note="t4lib kernels are compute_75 PTX JIT-compiled on this GPU; cuBLAS runs native code")
