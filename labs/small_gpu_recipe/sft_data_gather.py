@@ -71,7 +71,8 @@ old = json.loads(path.read_text())
 replaced = {f"sft/small-gpu/{name}" for name in ("schema_valid", "grounded_pass", "grounded_pass_two_step",
                                                   "grounded_pass_3_4_steps")} | {f["name"] for f in figs}
 results.write(path, figs + results.carried_over(old, replaced), provenance=measured_at, training=old["training"],
-              sft=dict(chosen_data=chosen, validation_grounded_by_data=val, chosen_lr="lr3e-4",
+              sft=dict(chosen_data=f"{data['traces']}, {rs[0]['settings']['epochs']:g} epoch(s)"
+                       + (f", {data['replay']} replayed" if data.get("replay") else ""), chosen_arm=chosen, validation_grounded_by_data=val, chosen_lr="lr3e-4",
                        lr_choice=old["sft"].get("lr_choice", old["sft"]), grounded_by_structure_seed_mean=by_structure[chosen],
                        structures_below_60=low))
 print(f"chosen {chosen}: validation {val[chosen]:.3f} ({', '.join(f'{a} {v:.3f}' for a, v in sorted(val.items()))});"

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import torch
 
-from t4lib.core import timing, hw, results
+from t4lib.core import graphs, timing, hw, results
 from t4lib.ops.deltanet import reference as dn_ref
 from t4lib.ops.deltanet import state_bytes
 from t4lib.ops.gguf import FORMATS, TYPE_OF
@@ -226,7 +226,7 @@ def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=t
 
 def graph_us(fn, reps: int = 50) -> float:
     """Microseconds per replay of ``fn`` captured in a CUDA graph (L2 warm between replays)."""
-    g = Qwen35Engine._graph_of(fn, torch.device("cuda"))
+    g, _ = graphs.capture(fn, device=torch.device("cuda"))
     a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     g.replay()
     a.record()

@@ -325,7 +325,9 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
         figs += oracle_figures(checks)
     if gpu:
         figs += rounds_figures(copy, checks, dev)
-    results.write(Path(out_dir) / "qwen35_mtp.json", figs, checks=checks)
+    # a part that failed keeps the figures it measured before, carried over beside its error
+    errors = [f"{part}: {e}" for part, e in checks.get("errors", {}).items()]
+    results.write(Path(out_dir) / "qwen35_mtp.json", figs, checks=checks, errors=errors)
     return figs
 
 
