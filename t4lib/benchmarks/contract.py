@@ -55,7 +55,7 @@ def weight_seed(shape_id: int) -> int:
 
 
 def _torch_setup(profile: str):
-    import torch
+    import torch  # torch loads in the measuring processes: the parent only orchestrates them
 
     if profile == "gpu":
         if not torch.cuda.is_available():
@@ -76,7 +76,7 @@ def _env() -> dict:
 
 
 def _free():
-    import torch
+    import torch  # torch loads in the measuring processes: the parent only orchestrates them
 
     gc.collect()
     if torch.cuda.is_available():
@@ -87,7 +87,7 @@ def _free():
 
 def calibrate_worker(p: dict) -> dict:
     """Calibrate the shapes ``p["ids"]``; save the plan to ``p["plan"]``."""
-    import torch
+    import torch  # torch loads in the measuring processes: the parent only orchestrates them
 
     dev, dt = _torch_setup(p["profile"])
     table = S.by_id(p["ids"], _table(p["profile"])[0])
@@ -113,7 +113,7 @@ def calibrate_worker(p: dict) -> dict:
 
 
 def _compiled_peer(ref):
-    import torch
+    import torch  # torch loads in the measuring processes: the parent only orchestrates them
 
     cfg = torch._dynamo.config
     for name in ("recompile_limit", "cache_size_limit"):
@@ -133,7 +133,7 @@ def _rule_pair(out, ref_out) -> dict:
 
 def measure_worker(p: dict) -> dict:
     """Measure shapes ``p["ids"]`` (in the given order) against the plan."""
-    import torch
+    import torch  # torch loads in the measuring processes: the parent only orchestrates them
 
     dev, dt = _torch_setup(p["profile"])
     table = S.by_id(p["ids"], _table(p["profile"])[0])
@@ -186,7 +186,7 @@ def measure_worker(p: dict) -> dict:
         out.append(r)
         ref = opt = peer = x = m = ref_out = cases = None
         try:
-            import torch._dynamo
+            import torch._dynamo  # in the measuring process, as torch
 
             torch._dynamo.reset()
         except Exception:
@@ -197,7 +197,7 @@ def measure_worker(p: dict) -> dict:
 
 def long_worker(p: dict) -> dict:
     """Shape 14: full-size blockwise run (peak memory), then the reduced check."""
-    import torch
+    import torch  # torch loads in the measuring processes: the parent only orchestrates them
 
     dev, dt = _torch_setup(p["profile"])
     _, long, reduced = _table(p["profile"])

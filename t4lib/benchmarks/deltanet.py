@@ -18,6 +18,7 @@ H, HK, D = 48, 16, 128   # value heads, key heads, head dim of the 27B model
 
 def _fla():
     try:
+        # optional: the fla baseline, skipped without it
         from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
         return fused_recurrent_gated_delta_rule, None
     except Exception as e:  # not installed or broken here

@@ -31,9 +31,9 @@ SHAPE_NAME = "qwen2.5-1.5b-shape"
 
 def build_model(base: str, cfg_kw: dict | None = None, seed: int = 0):
     """A random-weight Qwen2 causal LM on CUDA with ``base`` linear layers (lm_head stays fp16)."""
-    import torch
-    from torch import nn
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import torch  # this module imports without torch, as the library does
+    from torch import nn  # this module imports without torch, as the library does
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # optional (train extra)
 
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
@@ -44,7 +44,7 @@ def build_model(base: str, cfg_kw: dict | None = None, seed: int = 0):
     if base == "w4a16":
         quantize_model(model)
     elif base == "bnb_nf4":
-        import bitsandbytes as bnb
+        import bitsandbytes as bnb  # optional: the bitsandbytes baseline
         for name, mod in list(model.named_modules()):
             for cname, child in list(mod.named_children()):
                 if isinstance(child, nn.Linear) and cname != "lm_head":
@@ -63,7 +63,7 @@ def build_model(base: str, cfg_kw: dict | None = None, seed: int = 0):
 
 
 def lora_wrap(model, r: int = 16):
-    from peft import get_peft_model
+    from peft import get_peft_model  # optional (train extra)
 
     return get_peft_model(model, lora_config(model, r=r, alpha=2 * r))
 
@@ -71,7 +71,7 @@ def lora_wrap(model, r: int = 16):
 def measure(base: str, batch: int, seq: int, *, steps: int = 8, warmup: int = 3, cfg_kw: dict | None = None,
             r: int = 16) -> dict:
     """Median step seconds and peak bytes of LoRA training on ``base`` at ``batch x seq`` tokens."""
-    import torch
+    import torch  # this module imports without torch, as the library does
 
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -112,7 +112,7 @@ def measure(base: str, batch: int, seq: int, *, steps: int = 8, warmup: int = 3,
 def run(out: str | None = None, *, shapes=((4, 512), (1, 512)), steps: int = 8, cfg_kw: dict | None = None,
         bases=BASES, name: str = SHAPE_NAME) -> dict:
     """Measure every base at every ``(batch, seq)``; write figures to ``out`` (t4lib.core.results) if given."""
-    import torch
+    import torch  # this module imports without torch, as the library does
 
     if not torch.cuda.is_available():
         raise RuntimeError("lora_bench needs a CUDA GPU")

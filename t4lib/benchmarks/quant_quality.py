@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
+
 from t4lib import models
 from t4lib.core import results as R
 from t4lib.models import corpus, schema
@@ -52,7 +54,7 @@ def markov_tokens(n_seq: int, seq_len: int, vocab: int = 320, branching: int = 4
 def markov_model(steps: int = 300, seed: int = 0, hidden: int = 256, layers: int = 2, vocab: int = 320,
                  progress: bool = False):
     """A small Qwen2 trained on :func:`markov_tokens` (CPU-friendly, deterministic)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # optional (train extra)
 
     torch.manual_seed(seed)
     cfg = Qwen2Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
@@ -62,7 +64,6 @@ def markov_model(steps: int = 300, seed: int = 0, hidden: int = 256, layers: int
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.0)
     it = range(steps)
     if progress:
-        from tqdm.auto import tqdm
         it = tqdm(it, desc="train tiny", leave=False)
     for s in it:
         ids = markov_tokens(16, 64, vocab, seed=10_000 + s)
@@ -218,7 +219,6 @@ def run(out_dir=None, model_id: str = "tiny-cpu", group_sizes=(32, 64, 128), pri
     rows = {}
     it = group_sizes
     if progress:
-        from tqdm.auto import tqdm
         it = tqdm(group_sizes, desc="group sizes", leave=False)
     for g in it:
         rows[g] = compare_quantizers(model, calib, test, g, fp=fp)
@@ -270,7 +270,7 @@ def decode_log_probs(model, ids: torch.Tensor, batch_size: int = 4) -> torch.Ten
     token per step against a KV cache, so every Linear layer sees ``batch_size`` rows per step (the GEMV
     path, where ``activations="int8"`` applies; a teacher-forced forward over whole sequences takes the GEMM
     and keeps fp16 activations)."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # optional (train extra)
 
     dev = next(model.parameters()).device
     # newer transformers name the argument ``cache``; older ones only know ``past_key_values``

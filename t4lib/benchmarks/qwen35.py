@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from t4lib.core import graphs, timing, hw, results
 from t4lib.ops.deltanet import reference as dn_ref
@@ -150,7 +151,7 @@ def step_bytes(model: Qwen35Model, position: int) -> dict:
 
 
 def hf_config_27b(cfg: Qwen35Config):
-    from transformers import Qwen3_5TextConfig
+    from transformers import Qwen3_5TextConfig  # optional: the transformers peer
 
     return Qwen3_5TextConfig(
         vocab_size=cfg.vocab, hidden_size=cfg.hidden, intermediate_size=cfg.ffn, num_hidden_layers=cfg.n_layers,
@@ -164,7 +165,7 @@ def hf_config_27b(cfg: Qwen35Config):
 
 def _fla_version() -> str | None:
     try:
-        import fla
+        import fla  # optional: only its version is recorded
         return getattr(fla, "__version__", "installed")
     except Exception:
         return None
@@ -210,7 +211,7 @@ def first_difference(tokens: list[int], ref_tokens: list[int], ref_logits: torch
 
 def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=torch.float16) -> dict:
     """transformers' decode rate on a random model of shape ``cfg`` (weights in ``dtype``)."""
-    from transformers import Qwen3_5ForCausalLM
+    from transformers import Qwen3_5ForCausalLM  # optional: the transformers peer
 
     hcfg = hf_config_27b(cfg)
     with torch.device(device):
@@ -254,7 +255,6 @@ def time_per_kind(model: Qwen35Model, position: int = 64, reps: int = 50, compil
 
     def kernels(fn):
         """GPU kernels one call launches (torch.profiler)."""
-        from torch.profiler import ProfilerActivity, profile
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()

@@ -22,6 +22,7 @@ import statistics
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from t4lib.core import hw, results
 from t4lib.models.corpus import copy_doc, data_dir, load_jsonl
@@ -54,7 +55,7 @@ def copy_prompts(n: int, n_long: int = 0) -> list[list[int]]:
 def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dtype) -> dict:
     """The peer: transformers' ``Qwen3_5ForCausalLM`` on the copy model's weights as the file stores them
     (dequantized), greedy ``generate``; decode rate per prompt ``(new - 1) / (t(new) - t(1))``, summed."""
-    from transformers import Qwen3_5ForCausalLM
+    from transformers import Qwen3_5ForCausalLM  # optional: the transformers peer
 
     cfg = copy_config(load_tokenizer())
     cfg._attn_implementation = "sdpa"
@@ -266,7 +267,6 @@ def rounds_figures(copy: dict, checks: dict, dev: str) -> list[dict]:
 
 
 def run(out_dir, profile: str = "gpu") -> list[dict]:
-    from tqdm.auto import tqdm
 
     gpu = profile == "gpu"
     if gpu and not torch.cuda.is_available():

@@ -48,7 +48,7 @@ PROFILES = ("auto", "cpu", "gpu", "t4", "kaggle-2xt4")
 def resolve_profile(profile: str) -> str:
     """``auto`` -> ``gpu`` when CUDA is present, else ``cpu``; other names are
     checked and returned. ``t4`` and ``kaggle-2xt4`` need a GPU."""
-    import torch
+    import torch  # the provenance and stamp commands run without torch
 
     if profile not in PROFILES:
         raise ValueError(f"PROFILE must be one of {PROFILES}, got {profile!r}")

@@ -80,7 +80,7 @@ def is_written(cache: str | Path, model_id: str, spec: dict) -> bool:
 def write_tokenizer(dest: str | Path, size: int, src: str | Path = TOKENIZER_SRC):
     """The project tokenizer with its BPE vocabulary filled to ``size`` ids; returns it loaded from ``dest``.
     The filler entries are never produced by a merge, so text tokenizes as with the project tokenizer."""
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional (train extra)
 
     dest, src = Path(dest), Path(src)
     dest.mkdir(parents=True, exist_ok=True)
@@ -99,8 +99,8 @@ def write_tokenizer(dest: str | Path, size: int, src: str | Path = TOKENIZER_SRC
 
 def write_standin(cache: str | Path, model_id: str, spec: dict, *, device: str = "cpu", seed: int = 0) -> Path:
     """Write one stand-in (random weights, padded tokenizer, ``refs/main``); returns its snapshot folder."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
+    import torch  # a rehearsal dry run plans without torch
+    from transformers import AutoConfig, AutoModelForCausalLM  # optional (train extra)
 
     snap = snapshot_dir(cache, model_id, spec)
     tok = write_tokenizer(snap, spec["tokenizer_size"])
@@ -126,7 +126,7 @@ def populate(cache: str | Path, ids, *, device: str | None = None) -> dict[str, 
     if missing:
         raise KeyError(f"no committed configuration for {missing} in {CONFIG_DIR} (known: {sorted(specs)})")
     if device is None:
-        import torch
+        import torch  # a rehearsal dry run plans without torch
         device = "cuda" if torch.cuda.is_available() else "cpu"
     out = {}
     for i in ids:

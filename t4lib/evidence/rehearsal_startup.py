@@ -25,9 +25,9 @@ else:
 
 
 def _t4lib_rehearsal():
-    import json
+    import json  # bound here: this file runs at kernel start
     import os  # bound here: the hook below outlives the module-level names deleted at the end
-    import torch
+    import torch  # bound here: this file runs at kernel start
 
     if not torch.cuda.is_available():
         return

@@ -200,7 +200,7 @@ def hf_to_gguf(state_dict: dict, config, path: str | os.PathLike, types: dict | 
     -> type name for matrices (default F32; vectors are always F32); ``blocks``: GGUF
     tensor name -> ready uint8 blocks (GGUF order) with their type name, as
     ``{name: (type_name, array)}``, written as they are."""
-    import gguf
+    import gguf  # optional (gguf extra): writing a GGUF file only
 
     types, blocks = dict(types or {}), dict(blocks or {})
     tensors = hf_to_gguf_tensors(state_dict, config)

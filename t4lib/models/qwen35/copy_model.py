@@ -40,6 +40,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
+from tqdm.auto import tqdm
+
 from t4lib.core import results
 from t4lib.models import corpus, schema
 from t4lib.models.tiny import (
@@ -83,7 +85,7 @@ def copy_config(tokenizer, dims: dict | None = None):
     """``Qwen3_5TextConfig`` of the copy model: :data:`DIMS` (``dims`` replaces some, for tests), the
     project tokenizer's vocabulary rounded up to 64 and its special ids, eager attention (the MTP block
     passes its own additive causal mask)."""
-    from transformers import Qwen3_5TextConfig
+    from transformers import Qwen3_5TextConfig  # optional (train extra)
 
     d = {**DIMS, **(dims or {})}
     cfg = Qwen3_5TextConfig(
@@ -98,8 +100,8 @@ def copy_config(tokenizer, dims: dict | None = None):
 def build(cfg, seed: int = 0):
     """(``Qwen3_5ForCausalLM``, ``Qwen35MTP``), the MTP block initialised as transformers initialises the
     main model (normal 0.02 matrices, zero-centred norms at 0)."""
-    import torch
-    from transformers import Qwen3_5ForCausalLM
+    import torch  # this module imports without torch, as the library does
+    from transformers import Qwen3_5ForCausalLM  # optional (train extra)
 
     torch.manual_seed(seed)
     model = Qwen3_5ForCausalLM(cfg)
@@ -110,7 +112,7 @@ def build(cfg, seed: int = 0):
 
 def _forward(model, mtp, ids):
     """Main logits [B, T, V] (row t -> token t + 1) and MTP logits [B, T - 1, V] (row t -> token t + 2)."""
-    import torch
+    import torch  # this module imports without torch, as the library does
 
     h = model.model(input_ids=ids).last_hidden_state
     T = ids.shape[1]
@@ -122,7 +124,7 @@ def _forward(model, mtp, ids):
 
 
 def _weighted_ce(logits, targets, weights):
-    import torch
+    import torch  # this module imports without torch, as the library does
 
     nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1),
                                             reduction="none")
@@ -133,8 +135,8 @@ def q8_round(model, mtp) -> None:
     """Round in place every matrix the GGUF stores as Q8_0 through gguf-py's Q8_0 (blocks of 32 along K), so
     evaluation sees the values the file holds. The converter only permutes whole rows, or column blocks of a
     head's width (a multiple of 32), so rounding in transformers' layout gives the same values."""
-    import gguf
-    import torch
+    import gguf  # optional (gguf extra)
+    import torch  # this module imports without torch, as the library does
 
     qt = gguf.GGMLQuantizationType.Q8_0
     with torch.no_grad():
@@ -147,7 +149,7 @@ def q8_round(model, mtp) -> None:
 
 def evaluate(model, mtp, tokenizer, n: int = 300, batch_size: int = 32, progress=None) -> dict:
     """Teacher-forced figures on the first ``n`` held-out copy tasks (see the module docstring)."""
-    import torch
+    import torch  # this module imports without torch, as the library does
 
     recs = corpus.load_jsonl("copy_heldout.jsonl")[:n]
     main_ok = main_n = mtp_ok = mtp_n = both = both_n = given_main = 0
@@ -195,8 +197,7 @@ def train(out=None, steps: int = STEPS, seq_len: int = 256, batch_size: int = 8,
     Q8_0-rounded weights, and write ``model.gguf``, ``training_record.json`` and ``loss_curve.png`` into
     ``out`` (default :func:`checkpoint_dir`). ``dims`` and ``eval_n`` shrink the run for tests. Returns the
     record."""
-    import torch
-    from tqdm.auto import tqdm
+    import torch  # this module imports without torch, as the library does
 
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, got {steps!r}")

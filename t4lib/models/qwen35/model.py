@@ -285,7 +285,7 @@ class StepFunctions:
     def __init__(self, compiled: bool = False):
         self.compiled = bool(compiled)
         if compiled:
-            import torch._dynamo.config as dynamo
+            import torch._dynamo.config as dynamo  # only a compiled engine sets dynamo's options
             key = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"
             setattr(dynamo, key, max(getattr(dynamo, key), self.RECOMPILE_LIMIT))
         fns = (norm_to, add_norm, residual_add, swiglu, float_proj_split, attention_inputs, attend)

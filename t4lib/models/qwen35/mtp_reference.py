@@ -46,6 +46,7 @@ class Qwen35MTP(nn.Module):
 
     def __init__(self, cfg):
         super().__init__()
+        # optional: the reference is transformers' own layer
         from transformers.models.qwen3_5.modeling_qwen3_5 import Qwen3_5DecoderLayer, Qwen3_5RMSNorm
 
         H, eps = cfg.hidden_size, cfg.rms_norm_eps

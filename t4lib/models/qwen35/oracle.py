@@ -41,7 +41,7 @@ def tiny_config(tied: bool = False, layers: int = 4, interval: int = 2):
     """Qwen3.5 text config at tiny size: both layer kinds, 4 query over 2 KV heads (GQA),
     4 value over 2 key heads in the Gated DeltaNet (so the GGUF head tiling matters),
     every matrix's K a multiple of 256 (so every GGUF format fits)."""
-    from transformers import Qwen3_5TextConfig
+    from transformers import Qwen3_5TextConfig  # optional: the oracle is transformers' model
 
     cfg = Qwen3_5TextConfig(
         vocab_size=96, hidden_size=256, intermediate_size=256, num_hidden_layers=layers, num_attention_heads=4,
@@ -56,7 +56,7 @@ def tiny_config(tied: bool = False, layers: int = 4, interval: int = 2):
 def random_hf(cfg, seed: int = 0):
     """A ``Qwen3_5ForCausalLM`` with every parameter random (norm weights too, so the
     converter's +1 and head reordering are visible) and peaked logits."""
-    from transformers import Qwen3_5ForCausalLM
+    from transformers import Qwen3_5ForCausalLM  # optional: the oracle is transformers' model
 
     torch.manual_seed(seed)
     m = Qwen3_5ForCausalLM(cfg).eval()
@@ -144,7 +144,7 @@ def check(out_dir: str | Path | None = None, new: int = 64) -> dict:
     they run in a child process without it (:func:`without_fla`)."""
     if fla_importable():
         return without_fla("check", out_dir=None if out_dir is None else str(out_dir), new=new)
-    from transformers import Qwen3_5ForCausalLM
+    from transformers import Qwen3_5ForCausalLM  # optional: the oracle is transformers' model
 
     cfg = tiny_config()
     tmp = Path(tempfile.mkdtemp())

@@ -95,7 +95,7 @@ def plan_stages(layer_bytes, n_stages: int, capacities=None, first_extra: int = 
 
 def device_capacities(devices, reserve: int = 1 << 30) -> list:
     """Free bytes on each CUDA device minus ``reserve`` (workspace, activations); None for CPU."""
-    import torch
+    import torch  # planning a split needs no torch
 
     out = []
     for d in devices:
