@@ -97,3 +97,17 @@ def test_cli_rejects_bad_traces_and_replay_source_before_loading(tmp_path, capsy
     with pytest.raises(SystemExit):
         sft.main(["--replay", "4", "--replay-from", "hub", "--out", out])
     assert "--replay-from" in capsys.readouterr().err
+
+
+def test_with_replay_appends_plain_rows_after_the_traces():
+    from t4lib import models
+    from t4lib.train import data
+
+    _, tok = models.load("tiny-cpu")
+    traces, _ = data.traces_dataset(tok, data.load_traces("open_traces.jsonl")[:5])
+    assert data.with_replay(traces, 0) is traces
+    mixed = data.with_replay(traces, 3, seed=2, source="procedural")
+    assert mixed.column_names == ["prompt", "completion"] and len(mixed) == 8
+    assert mixed["prompt"][:5] == traces["prompt"] and all(p.startswith("Question: ") for p in mixed["prompt"][5:])
+    with pytest.raises(ValueError, match="n"):
+        data.with_replay(traces, -1)
