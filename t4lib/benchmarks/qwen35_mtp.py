@@ -267,7 +267,6 @@ def rounds_figures(copy: dict, checks: dict, dev: str) -> list[dict]:
 
 
 def run(out_dir, profile: str = "gpu") -> list[dict]:
-
     gpu = profile == "gpu"
     if gpu and not torch.cuda.is_available():
         raise RuntimeError("the gpu profile needs a CUDA device")

@@ -472,7 +472,6 @@ def copy_bandwidth() -> float | None:
     return bw
 
 
-
 # ------------------------------------------------------------------------------------------ reading them back
 
 RECORD_DEVICE = "nvidia-h200"  # the folder of results/ whose rehearsal.json the notebooks' time cells read
@@ -535,6 +534,7 @@ def _longest_cell(executed: Path, stem: str) -> dict | None:
         if c["cell_type"] == "code" and isinstance(secs, (int, float)) and (longest is None or secs > longest["seconds"]):
             longest = {"seconds": secs, "under": heading}
     return longest
+
 
 # ------------------------------------------------------------------------------------------ command line
 
