@@ -8,9 +8,7 @@ A slot is a list of patterns in a small notation:
 
 * ``(a|b|c)``: one of the alternatives; ``[a|b]``: optional (absent two times in three);
 * ``<name>``: a shared part (``PARTS``: openers, sequencing words, question lead-ins);
-* ``!`` at the start of a pattern or of an alternative: every production through it is held out;
-* ``+`` at the start of a pattern: training only, never held out by hash. These patterns widen training
-  after the evaluation sets were drawn, so the sets stay exactly as drawn (no new held-out frame).
+* ``!`` at the start of a pattern or of an alternative: every production through it is held out.
 
 A production is one fully expanded frame (placeholders kept, e.g. ``"Then {A} buys {n} more
 {items}."``). It is held out when it goes through a ``!`` part or when the sha1 of its text
@@ -377,11 +375,6 @@ COPY_INSTRUCTIONS: dict[str, list[str]] = {
         "Change the name {old} to {new}( in the text| in the code|)." + _KEEP_REST,
         "!Wherever {old} appears, write {new} instead.",
         "(Write|Copy) the (code|text) again, (with|using) {new} (in place of|instead of) {old}.",
-        "+(Use|Put|Write) {new} (in place of|instead of) {old}[ (everywhere|in every line|throughout)].",
-        "+(Each|Every) time {old} (occurs|shows up|is used), (use|put|write) {new}[ in its place].",
-        "+(Every|Each) {old} (becomes|turns into|should become) {new}." + _KEEP_REST,
-        "+{old} is now (called|named) {new}; (update|rewrite) the (code|text|lines) to match.",
-        "+(Swap|Switch) {old} (for|to) {new} (everywhere|in every line|throughout the text).",
     ],
     "bullets": [
         "(Put|Add|Write) (a dash and a space|'- ') (in front of|before|at the start of) (each|every) line." + _KEEP_REST,
@@ -496,8 +489,6 @@ class Productions:
     heldout: tuple[str, ...]
     train_cum: tuple[float, ...]
     heldout_cum: tuple[float, ...]
-    #: training frames of ``+`` patterns whose hash would have held them out
-    train_only: tuple[str, ...] = ()
 
 
 def _table(slot: str) -> tuple[list[str], str]:
@@ -514,20 +505,17 @@ def productions(slot: str) -> Productions:
     patterns, _ = _table(slot)
     frames: dict[str, list] = {}                 # frame -> [weight, every path held out]
     for pattern in patterns:
-        held_pattern, train_only = pattern.startswith("!"), pattern.startswith("+")
-        for text, w, held in _expand(_parse(pattern[held_pattern or train_only:])[0]):
-            entry = frames.setdefault(_tidy(text), [0.0, True, True])
+        held_pattern = pattern.startswith("!")
+        for text, w, held in _expand(_parse(pattern[held_pattern:])[0]):
+            entry = frames.setdefault(_tidy(text), [0.0, True])
             entry[0] += w / len(patterns)
             entry[1] = entry[1] and (held or held_pattern)
-            entry[2] = entry[2] and train_only
-    by_hash = {f: not only and heldout_by_hash(f) for f, (_, _, only) in frames.items()}
-    train = [(f, w) for f, (w, held, _) in frames.items() if not held and not by_hash[f]]
-    heldout = [(f, w) for f, (w, held, _) in frames.items() if held or by_hash[f]]
+    train = [(f, w) for f, (w, held) in frames.items() if not held and not heldout_by_hash(f)]
+    heldout = [(f, w) for f, (w, held) in frames.items() if held or heldout_by_hash(f)]
     if not train or not heldout:
         raise AssertionError(f"slot {slot!r} needs training and held-out productions")
     return Productions(tuple(f for f, _ in train), tuple(f for f, _ in heldout),
-                       tuple(accumulate(w for _, w in train)), tuple(accumulate(w for _, w in heldout)),
-                       tuple(f for f, _ in train if heldout_by_hash(f)))
+                       tuple(accumulate(w for _, w in train)), tuple(accumulate(w for _, w in heldout)))
 
 
 def variants(slot: str, split: str) -> tuple[str, ...]:

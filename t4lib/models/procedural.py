@@ -597,11 +597,11 @@ def _word_source(r, words, pseudo_words: float):
     return lambda: pseudo_word(r, words) if r.random() < pseudo_words else r.choice(words)
 
 
-def _lines(r, word, n_lines: int, words: tuple[int, int] = (3, 8)) -> list[str]:
+def _lines(r, word, n_lines: int) -> list[str]:
     out = []
     for _ in range(n_lines):
         toks = [word() if r.random() < 0.75 else (str(r.randint(0, 9999)) if r.random() < 0.5 else _ident(r))
-                for _ in range(r.randint(*words))]
+                for _ in range(r.randint(3, 8))]
         out.append(" ".join(toks))
     return out
 
@@ -650,21 +650,11 @@ COPY_KINDS = tuple(grammar.COPY_INSTRUCTIONS)
 COPY_WEIGHTS = {"copy": 1.0, "rename": 2.0, "bullets": 1.5, "number": 1.5, "csv": 2.0, "extract": 0.5, "fix": 1.0}
 
 
-#: line counts of the longest training copy tasks: past the evaluation sets' 22 lines, so that a numbered
-#: list has met "21." before it is asked for one (records stay at 20: 28 of them pass 1024 tokens)
-LONG_LINES = (21, 28)
-#: words per line in those long tasks, fewer than the usual 3-8 so the document stays near 1024 tokens
-LONG_LINE_WORDS = (2, 5)
-
-
 def copy_size(r: random.Random, kind: str) -> int:
     """The size of a training copy task in lines (twice the records, as ``size`` counts them): short ones,
-    long ones whose outputs run to 100-400 tokens, and (one in seven, not for records) longer ones of
-    :data:`LONG_LINES` lines, each a short line."""
-    u = r.random()
-    if kind in ("csv", "extract"):
-        return 2 * (r.randint(2, 8) if u < 0.35 else r.randint(8, 20))
-    return r.randint(2, 8) if u < 0.3 else r.randint(8, 20) if u < 6 / 7 else r.randint(*LONG_LINES)
+    and long ones whose outputs run to 100-400 tokens while the whole document stays under 1024 tokens."""
+    lines = r.randint(2, 8) if r.random() < 0.35 else r.randint(8, 20)
+    return 2 * lines if kind in ("csv", "extract") else lines
 
 
 def render_copy(r: random.Random, split: str, kind: str | None = None,
@@ -681,7 +671,7 @@ def render_copy(r: random.Random, split: str, kind: str | None = None,
     instr = grammar.sample(r, f"copy:{kind}", split)
     n = copy_size(r, kind) if size is None else r.randint(*size)
     if kind in ("copy", "bullets", "number"):
-        lines = _lines(r, word, n, LONG_LINE_WORDS if size is None and n > 20 else (3, 8))
+        lines = _lines(r, word, n)
         out = {"copy": lines, "bullets": [f"- {ln}" for ln in lines],
                "number": [f"{i + 1}. {ln}" for i, ln in enumerate(lines)]}[kind]
         return CopyDoc(kind, instr, "\n".join(lines), "\n".join(out), instr)
@@ -722,10 +712,7 @@ def render_copy(r: random.Random, split: str, kind: str | None = None,
 
 #: document kinds of the pretraining stream and their probabilities. "twin": an answerable problem with a
 #: trap's surface (as often as traps); traps are "trap" plus a third of "lookup", about 7% of documents.
-#: "trace": a certified five-tag trace in the chat format of SFT, so that naming each number's role is
-#: learned over the whole grammar, not only from the few thousand SFT traces.
-MIX = {"problem": 0.41, "trap": 0.05, "twin": 0.05, "lookup": 0.07, "copy": 0.25, "drill": 0.09, "chat": 0.04,
-       "trace": 0.04}
+MIX = {"problem": 0.45, "trap": 0.05, "twin": 0.05, "lookup": 0.07, "copy": 0.25, "drill": 0.09, "chat": 0.04}
 LOOKUP_TRAP_SHARE = 1 / 3
 
 
@@ -761,12 +748,6 @@ def copy_pair(doc: CopyDoc) -> tuple[str, str]:
 _MIX_KINDS, _MIX_CUM = list(MIX), list(accumulate(MIX.values()))
 
 
-def _chat_prompt(question: str) -> str:
-    """The question as SFT's chat template renders it (system, user, the assistant header)."""
-    return (f"{schema.IM_START}system\n{schema.MATH_SYSTEM}{schema.IM_END}\n{schema.IM_START}user\n{question}"
-            f"{schema.IM_END}\n{schema.IM_START}assistant\n")
-
-
 def document(r: random.Random, split: str = "train", pseudo_words: float = 0.0) -> tuple[str, str, str]:
     """One pretraining document ``(kind, prompt, completion)``; the completion ends with EOS.
     ``pseudo_words``: the share of a copy task's free words that are made up (:func:`render_copy`)."""
@@ -785,14 +766,13 @@ def document(r: random.Random, split: str = "train", pseudo_words: float = 0.0) 
     elif kind == "drill":
         pairs = [drill(r) for _ in range(8)]
         p, c = "".join(a + b + "\n" for a, b in pairs[:-1]) + pairs[-1][0], pairs[-1][1]
-    elif kind == "trace":
-        d = render_problem(r, split)
-        t = trace_of(d)
-        schema.certify_trace(t, expected_answer=d.answer)
-        p, c = _chat_prompt(d.question), t + schema.IM_END + "\n"
     else:  # a problem in the chat format, so the chat markers are not new to SFT
         d = render_problem(r, split)
-        p, c = _chat_prompt(d.question), schema.math_completion(d.steps, d.answer).strip() + schema.IM_END + "\n"
+        user = d.question
+        reply = schema.math_completion(d.steps, d.answer).strip()
+        p = (f"{schema.IM_START}system\n{schema.MATH_SYSTEM}{schema.IM_END}\n{schema.IM_START}user\n{user}"
+             f"{schema.IM_END}\n{schema.IM_START}assistant\n")
+        c = reply + schema.IM_END + "\n"
     return kind, p, c + schema.EOS
 
 
