@@ -4,24 +4,14 @@ bucket edge and up to the cache's end; bad buckets are refused. (On CUDA the sam
 prefill graph captures.)"""
 import pytest
 import torch
+from random_lm import wandering_qwen2
 
 from t4lib.serving import StaticEngine, hf_generate
 
 
-def wandering():
-    """A random 2-layer Qwen2 whose greedy tokens vary (weight std 0.5)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(5)
-    cfg = Qwen2Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, initializer_range=0.5)
-    return Qwen2ForCausalLM(cfg).eval()
-
-
 @pytest.mark.parametrize("T", [1, 7, 8, 9, 30])
 def test_padded_prefill_equals_unpadded(T):
-    m = wandering()
+    m = wandering_qwen2()
     ids = torch.randint(0, 256, (2, T), generator=torch.Generator().manual_seed(T))
     new = 40 - T if T == 30 else 12   # T = 30: the padded prompt would run past max_len = 40, so it is cut there
     want = StaticEngine(m, max_len=40, prefill_bucket=1).generate(ids, new, output_logits=True)
@@ -36,7 +26,7 @@ def test_padded_prefill_equals_unpadded(T):
 
 def test_padded_prefill_matches_hf_and_repeats():
     """Calls with different prompt lengths on one engine: the cache's write position follows each prompt."""
-    m = wandering()
+    m = wandering_qwen2()
     eng = StaticEngine(m, max_len=64, prefill_bucket=16)
     for T in (5, 16, 3, 21):
         ids = torch.randint(0, 256, (1, T), generator=torch.Generator().manual_seed(100 + T))
@@ -46,11 +36,11 @@ def test_padded_prefill_matches_hf_and_repeats():
 @pytest.mark.parametrize("bad", [0, -3, 2.0, True, None])
 def test_bad_prefill_bucket(bad):
     with pytest.raises(ValueError, match="prefill_bucket must be an int >= 1"):
-        StaticEngine(wandering(), prefill_bucket=bad)
+        StaticEngine(wandering_qwen2(), prefill_bucket=bad)
 
 
 def test_bad_prefill_graph():
     with pytest.raises(TypeError, match="prefill_graph must be a bool or None"):
-        StaticEngine(wandering(), prefill_graph="yes")
+        StaticEngine(wandering_qwen2(), prefill_graph="yes")
     with pytest.raises(ValueError, match="prefill_graph=True needs use_graph"):
-        StaticEngine(wandering(), prefill_graph=True)   # a CPU model
+        StaticEngine(wandering_qwen2(), prefill_graph=True)   # a CPU model
