@@ -16,8 +16,8 @@ import pytest
 from t4lib.core import hw, notebook, results
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
-CHECKED = ["00_environment", "01_kernel_kats", "02_thermal_pacing", "03_w4a16_serving", "04_speculative_decoding", "06_cold_start_sft",
-           "07_qwen35_deltanet_decode", "08_transformer_benchmark"]
+CHECKED = ["00_environment", "01_kernel_kats", "02_thermal_pacing", "03_w4a16_serving", "04_speculative_decoding",
+           "05_grpo_cp_hybrid", "06_cold_start_sft", "07_qwen35_deltanet_decode", "08_transformer_benchmark"]
 IGNORE = "NBVAL_IGNORE_OUTPUT"
 
 # A measured figure: a number (or range) with a unit of time, a multiple or a rate.
