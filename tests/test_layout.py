@@ -1,9 +1,10 @@
 """The repository's layout rules: experiments (labs) live outside the package, beside their records; nothing in
-the library or the tests reads or names them; results/ holds figures, notebooks and logs, no scripts.
+the library or the tests reads or names them, and no notebook reads them; results/ holds figures, notebooks and logs, no scripts.
 
 This file is the one place under tests/ allowed to name the lab folders: it does so to forbid everything else.
 """
 import io
+import json
 import re
 import tokenize
 from pathlib import Path
@@ -55,3 +56,18 @@ def test_every_lab_folder_says_what_it_asks_and_found():
     assert not missing, f"lab folders without a README.md: {missing}"
     readme = (REPO / "README.md").read_text()
     assert f"`{LAB_DIR}/`" in readme, "README.md's layout table omits the lab folders"
+
+def test_notebooks_read_no_lab():
+    """A lab folder can be deleted whole: no notebook code cell reads a lab's files (prose may link to a lab's
+    README), so nbval never depends on a lab record."""
+    offenders = []
+    for nb in sorted((REPO / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
+            if cell["cell_type"] != "code":
+                continue
+            code = "".join(cell["source"])
+            for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+                if tok.type == tokenize.STRING and (LAB_DIR + "/" in tok.string or
+                                                    re.fullmatch(r"[rbuRBU]*(['\"]{1,3})labs\1", tok.string)):
+                    offenders.append(f"{nb.name} cell {i}: {tok.string[:80]}")
+    assert not offenders, "notebooks may link to a lab's README in prose, not read its files:\n" + "\n".join(offenders)
