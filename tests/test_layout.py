@@ -1,5 +1,6 @@
 """The repository's layout rules: experiments (labs) live outside the package, beside their records; nothing in
-the library or the tests reads or names them, and no notebook reads them; results/ holds figures, notebooks and logs, no scripts.
+the library or the tests reads or names them, and no notebook reads them; results/ holds figures, notebooks and
+logs, no scripts.
 
 This file is the one place under tests/ allowed to name the lab folders: it does so to forbid everything else.
 """
