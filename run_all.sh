@@ -120,16 +120,17 @@ run_notebooks() {
     fi
     echo "== $nb (PROFILE=$PROFILE)"
     # Executed beside the previous copy and moved over it only on success: a failed run keeps the last
-    # good notebook (its own output stays in .partial to read why). A good run is stamped first with what it
-    # ran at (metadata "t4lib": commit, dirty, sources hash, profile, device), taken before it started.
+    # good notebook (its own output stays in NN_*.partial.ipynb to read why). A good run is stamped first with
+    # what it ran at (metadata "t4lib": commit, dirty, sources hash, profile, device), taken before it started.
     dest="$out/$(basename "$nb")"
+    partial="${dest%.ipynb}.partial.ipynb"   # papermill wants the .ipynb suffix
     prov=$("$PY" -m t4lib.core.notebook provenance "$PROFILE")
     if papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
-         "$nb" "$dest.partial" \
-       && "$PY" -m t4lib.core.notebook stamp "$dest.partial" "$prov"; then
-      mv -f "$dest.partial" "$dest"
+         "$nb" "$partial" \
+       && "$PY" -m t4lib.core.notebook stamp "$partial" "$prov"; then
+      mv -f "$partial" "$dest"
     else
-      failed+=("$nb (its failed run: $dest.partial)")
+      failed+=("$nb (its failed run: $partial)")
     fi
   done
   "$PY" -m t4lib report --out results/README.md >/dev/null

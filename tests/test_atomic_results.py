@@ -427,9 +427,9 @@ def test_run_all_keeps_the_previous_notebook_when_a_run_fails(tmp_path):
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "PYTHON": str(bin_ / "py"), "T4LIB_NO_INSTALL": "1"}
     r = subprocess.run(["bash", str(tmp_path / "run_all.sh"), "run"], env=env, capture_output=True, text=True)
     assert r.returncode == 1 and "01_bad" in r.stderr
-    assert (out / "00_ok.ipynb").read_text() == "executed\n" and not (out / "00_ok.ipynb.partial").exists()
+    assert (out / "00_ok.ipynb").read_text() == "executed\n" and not (out / "00_ok.partial.ipynb").exists()
     assert (out / "01_bad.ipynb").read_text() == "previous good run"
-    assert (out / "01_bad.ipynb.partial").read_text() == "partial\n"
+    assert (out / "01_bad.partial.ipynb").read_text() == "partial\n"
 
 
 def test_run_all_inline_python_runs_with_the_real_interpreter():

@@ -139,7 +139,8 @@ def executed_notebooks(root: str | Path | None = None) -> str:
     root = Path(root) if root else results.results_dir()
     current = results.current_sources_sha256()
     rows = ["| notebook | device | profile | commit | sources |", "|---|---|---|---|---|"]
-    copies = sorted(p for p in root.glob("*/[0-9][0-9]_*.ipynb") if p.parent.name != "cpu")
+    copies = sorted(p for p in root.glob("*/[0-9][0-9]_*.ipynb")
+                    if p.parent.name != "cpu" and not p.name.endswith(".partial.ipynb"))   # a failed run's output
     never = sorted({p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")} - {p.stem for p in copies})
     for path in copies:
         meta = json.loads(path.read_text()).get("metadata", {}).get("t4lib") or {}
