@@ -67,7 +67,7 @@ def test_run_all_stamps_each_good_run(tmp_path):
     (bin_ / "py").write_text(f'#!/bin/sh\ncase "$*" in *t4lib.core.notebook*) exec {sys.executable} "$@" ;; '
                              '*device_slug*) echo dev ;; esac\nexit 0\n')
     (bin_ / "papermill").write_text('#!/bin/sh\nfor a; do :; done\ncase "$a" in *01_bad*) exit 1 ;; esac\n'
-                                    'cp "$(dirname "$a")/../../notebooks/$(basename "$a" .partial)" "$a"\n')
+                                    'cp "$(dirname "$a")/../../notebooks/$(basename "$a" .partial.ipynb).ipynb" "$a"\n')
     for f in bin_.iterdir():
         f.chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "PYTHON": str(bin_ / "py"), "T4LIB_NO_INSTALL": "1",
