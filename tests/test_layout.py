@@ -14,6 +14,13 @@ REPO = Path(__file__).resolve().parent.parent
 LAB_DIR, SCRIPT_DIR = "labs", "tools"   # the labs' folder; the folder the labs used to live in
 NEEDLES = tuple(f"{name}/" for name in (LAB_DIR, SCRIPT_DIR))
 THIS = Path(__file__).resolve()
+# a Python string that is only a path part naming one of those folders (to build a path from)
+_BARE_PART = re.compile(rf"[rbuRBU]*(['\"]{{1,3}})({LAB_DIR}|{SCRIPT_DIR})\1")
+
+
+def _strings(code: str):
+    """The string tokens of Python source."""
+    return [tok for tok in tokenize.generate_tokens(io.StringIO(code).readline) if tok.type == tokenize.STRING]
 
 
 def _source_files():
@@ -36,9 +43,8 @@ def test_library_and_tests_name_no_lab():
             if any(n in line for n in NEEDLES):
                 offenders.append(f"{rel}:{i}: {line.strip()[:100]}")
         if p.suffix == ".py":
-            for tok in tokenize.generate_tokens(io.StringIO(text).readline):
-                if tok.type == tokenize.STRING and re.fullmatch(r"[rbuRBU]*(['\"]{1,3})(labs|tools)\1", tok.string):
-                    offenders.append(f"{rel}:{tok.start[0]}: a path part {tok.string}")
+            offenders += [f"{rel}:{tok.start[0]}: a path part {tok.string}" for tok in _strings(text)
+                          if _BARE_PART.fullmatch(tok.string)]
     assert not offenders, "the library and the tests may not read or cite a lab:\n" + "\n".join(offenders)
 
 
@@ -58,6 +64,7 @@ def test_every_lab_folder_says_what_it_asks_and_found():
     readme = (REPO / "README.md").read_text()
     assert f"`{LAB_DIR}/`" in readme, "README.md's layout table omits the lab folders"
 
+
 def test_notebooks_read_no_lab():
     """A lab folder can be deleted whole: no notebook code cell reads a lab's files (prose may link to a lab's
     README), so nbval never depends on a lab record."""
@@ -66,9 +73,6 @@ def test_notebooks_read_no_lab():
         for i, cell in enumerate(json.loads(nb.read_text())["cells"]):
             if cell["cell_type"] != "code":
                 continue
-            code = "".join(cell["source"])
-            for tok in tokenize.generate_tokens(io.StringIO(code).readline):
-                if tok.type == tokenize.STRING and (LAB_DIR + "/" in tok.string or
-                                                    re.fullmatch(r"[rbuRBU]*(['\"]{1,3})labs\1", tok.string)):
-                    offenders.append(f"{nb.name} cell {i}: {tok.string[:80]}")
+            offenders += [f"{nb.name} cell {i}: {tok.string[:80]}" for tok in _strings("".join(cell["source"]))
+                          if LAB_DIR + "/" in tok.string or _BARE_PART.fullmatch(tok.string)]
     assert not offenders, "notebooks may link to a lab's README in prose, not read its files:\n" + "\n".join(offenders)
