@@ -359,7 +359,7 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     """Run one notebook, put its executed copy in place and return its record (``status``, ``seconds``,
     ``peak``, ``busy``, ``failed_cell``, ...). ``runner`` is :func:`papermill` (tests pass another).
     ``keep_records`` False: the caller puts the results files back (runs sharing the GPU share one guard)."""
-    copies, partial = out / "rehearsal", out / "rehearsal" / f"{run.copy_name}.ipynb.partial"
+    copies, partial = out / "rehearsal", out / "rehearsal" / f"{run.copy_name}.partial.ipynb"   # as run_all.sh names it
     copies.mkdir(parents=True, exist_ok=True)
     peak_file.unlink(missing_ok=True)
     log = out / "logs" / f"rehearsal_{run.copy_name}.log"
