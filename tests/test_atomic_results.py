@@ -440,3 +440,50 @@ def test_run_all_inline_python_runs_with_the_real_interpreter():
     for code in snippets:
         r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 0, f"{code!r} failed:\n{r.stderr[-2000:]}"
+
+
+# ----------------------------------------------------------------------------- the swizzle ncu record
+
+_NCU_LOG = "".join(
+    f"  void swizzle_bench_kernel<{layout}, {mode}>(float *, int) (1, 1, 1)x(256, 1, 1), Context 1, Device 0\n"
+    f"    l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum        {c:,}\n"
+    f"    l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum            {w:,}\n"
+    for layout, mode, c, w in ((0, 1, 1984, 2048), (2, 1, 192, 256), (0, 0, 15872, 16384), (2, 0, 1536, 2048)))
+
+
+def _fake_ncu(tmp_path, body):
+    exe = tmp_path / "ncu"
+    exe.write_text("#!/bin/sh\n" + body)
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_swizzle_ncu_writes_its_record_with_provenance(tmp_path):
+    from t4lib.benchmarks import swizzle_ncu
+    log = tmp_path / "log.txt"
+    log.write_text(_NCU_LOG)
+    path = swizzle_ncu.run(tmp_path, ncu=_fake_ncu(tmp_path, f"cat {log}\n"))
+    doc = results.read_results(path)
+    figs = {f["name"]: f["value"] for f in doc["figures"]}
+    assert figs["swizzle/ncu/latency/naive/wavefronts_per_load"] == 32.0      # 2048 / (2048 - 1984)
+    assert figs["swizzle/ncu/throughput/swizzled/wavefronts_per_load"] == 4.0
+    assert figs["swizzle/ncu/throughput/naive/excess_wavefronts"] == 16384 - 4 * 512
+    assert doc["provenance"]["sources_sha256"] != results.UNRECORDED and doc["command"].startswith("ncu ")
+
+
+@pytest.mark.parametrize("body", ["echo 'ERROR: profiling is not supported' >&2; exit 1\n",
+                                  "echo 'no kernels were profiled'\n"])
+def test_swizzle_ncu_that_fails_or_counts_nothing_keeps_the_record(tmp_path, body):
+    from t4lib.benchmarks import swizzle_ncu
+    path = tmp_path / "swizzle_ncu.json"
+    path.write_text("previous\n")
+    with pytest.raises(RuntimeError, match="ncu exited"):
+        swizzle_ncu.run(tmp_path, ncu=_fake_ncu(tmp_path, body))
+    assert path.read_text() == "previous\n"
+
+
+def test_swizzle_ncu_without_nsight_compute_says_so(tmp_path):
+    from t4lib.benchmarks import swizzle_ncu
+    with pytest.raises(RuntimeError, match="ncu not found"):
+        swizzle_ncu.run(tmp_path, ncu=str(tmp_path / "no-such-ncu"))
+    assert not (tmp_path / "swizzle_ncu.json").exists()

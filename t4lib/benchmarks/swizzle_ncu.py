@@ -1,10 +1,8 @@
-"""Launch each shared-memory layout's microbenchmark kernel a few times, for
-Nsight Compute. Run on a GPU::
+"""Shared-memory bank conflicts of each layout, counted by Nsight Compute.
 
-    ncu --kernel-name regex:swizzle_bench_kernel \\
-        --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,\\
-l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,smsp__inst_executed_op_shared_ld.sum \\
-        python -m t4lib.benchmarks.swizzle_ncu
+``python -m t4lib bench swizzle-ncu`` (or :func:`run`) runs this module's probe under ``ncu`` (the command is
+``NCU_CMD``) and writes ``swizzle_ncu.json``; run alone, the module is the probe: it launches each layout's
+microbenchmark kernel a few times and prints the cycles per access.
 
 Kernel template arguments name the layout: ``<0, ...>`` naive, ``<1, ...>``
 padded, ``<2, ...>`` swizzled; ``true`` is the one-warp latency mode, ``false``
@@ -14,11 +12,21 @@ first (``reference.conflict_table``): conflicts per 8 column reads.
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
 from t4lib.ops.swizzle import LAYOUTS, bench_cycles, conflict_table
 from t4lib.core import results
+
+METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+           "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum")
+# --clock-control none: ncu leaves the clocks as they are (counts do not depend on them)
+NCU_CMD = ("ncu", "--clock-control", "none", "--kernel-name", "regex:swizzle_bench_kernel",
+           "--metrics", ",".join(METRICS), "python3", "-m", "t4lib.benchmarks.swizzle_ncu")
 
 
 def main(iters: int = 64) -> None:
@@ -31,10 +39,6 @@ def main(iters: int = 64) -> None:
         for warps in (1, 8):
             print(f"{layout:<9} warps={warps} cycles/access={bench_cycles(layout, warps=warps, iters=iters):.2f}")
     torch.cuda.synchronize()
-
-
-if __name__ == "__main__":
-    main()
 
 
 def figures_from_ncu_log(text: str, source: str = "t4lib.benchmarks.swizzle_ncu under ncu") -> list[dict]:
@@ -69,3 +73,24 @@ def figures_from_ncu_log(text: str, source: str = "t4lib.benchmarks.swizzle_ncu 
                                    "wavefronts", "ARITHMETIC", source,
                                    note="measured wavefronts minus the conflict-free 4 per 16-byte warp load"))
     return figs
+
+
+def run(out_dir: str | Path, ncu: str = "ncu", timeout_s: int = 600) -> Path:
+    """Run the probe under Nsight Compute and write ``swizzle_ncu.json``. An ncu that is missing, fails or
+    gives no figure raises, and the previous file stays as it was."""
+    cmd = [ncu, *NCU_CMD[1:-3], sys.executable, *NCU_CMD[-2:]]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except FileNotFoundError:
+        raise RuntimeError(f"ncu not found ({ncu!r}): Nsight Compute is needed to count bank conflicts") from None
+    log = proc.stdout + proc.stderr
+    figs = figures_from_ncu_log(log)
+    if proc.returncode != 0 or not figs:
+        raise RuntimeError(f"ncu exited {proc.returncode} with {len(figs)} figures; its output ends:\n{log[-2000:]}")
+    return results.write(Path(out_dir) / "swizzle_ncu.json", figs, command=shlex.join(NCU_CMD),
+                         note="bank-conflict counters of 16-byte shared loads per layout; ncu leaves the clocks "
+                              "as they are (--clock-control none) and records none")
+
+
+if __name__ == "__main__":
+    main()
