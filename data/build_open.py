@@ -36,6 +36,9 @@ VOCAB_SIZE = 8192
 PER_STRUCTURE = {"validation": 20, "test": 40}
 TRAPS_PER_STRUCTURE = {"validation": 6, "test": 12}
 COPY_PER_KIND = {"validation": 10, "test": 30}
+# Drawn after the test split, so the records before them stay as they were: ten per kind (about 55 outputs of
+# 100+ tokens) could not tell two pretraining recipes apart, so validation gets as many as test.
+COPY_VALIDATION_EXTRA = 20
 N_TRACES = 4000
 COPY_EVAL_SIZE = (10, 22)
 
@@ -79,6 +82,9 @@ def eval_docs(seed: int = SEED) -> dict[str, dict[str, list]]:
             for _ in range(COPY_PER_KIND[split]):
                 copies.append(fresh(lambda: P.render_copy(r, split, k, COPY_EVAL_SIZE)))
         out[split] = dict(math=math, traps=traps, copy=copies)
+    for k in P.COPY_KINDS:
+        for _ in range(COPY_VALIDATION_EXTRA):
+            out["validation"]["copy"].append(fresh(lambda: P.render_copy(r, "validation", k, COPY_EVAL_SIZE)))
     return out
 
 
