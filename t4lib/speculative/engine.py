@@ -359,7 +359,7 @@ class SpeculativeEngine:
             st.h_ids = {q: torch.zeros(B, q, dtype=torch.long, pin_memory=True) for q in st.ids}
         if self.use_graph:
             if self.compile and self._compiled is None and self.compile_error is None:
-                import torch._dynamo.config as dcfg
+                import torch._dynamo.config as dcfg  # deferred: only a compiled engine sets dynamo's options
                 # one compiled forward serves every (B, q): dynamo marks the changing sizes dynamic
                 for name in ("recompile_limit", "cache_size_limit"):
                     if hasattr(dcfg, name):
