@@ -239,7 +239,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     sanitizers only the (tool, file) pairs that did not finish clean (with
     ``sanitize_families``: those families' files only, added to the ones the
     entry already covers)."""
-    import torch  # deferred: torch already loads at import (via t4lib.evidence.kat)
+    import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("t4lib verify needs a CUDA GPU; CI relies on the committed ledger instead")
