@@ -1,8 +1,8 @@
 """Shared-memory bank conflicts of each layout, counted by Nsight Compute.
 
 ``python -m t4lib bench swizzle-ncu`` (or :func:`run`) runs this module's probe under ``ncu`` (the command is
-``NCU_CMD``) and writes ``swizzle_ncu.json``; run alone, the module is the probe: it launches each layout's
-microbenchmark kernel a few times and prints the cycles per access.
+``NCU_CMD``, with this interpreter for ``python3``) and writes ``swizzle_ncu.json``; run alone, the module is
+the probe: it launches each layout's microbenchmark kernel a few times and prints the cycles per access.
 
 Kernel template arguments name the layout: ``<0, ...>`` naive, ``<1, ...>``
 padded, ``<2, ...>`` swizzled; ``true`` is the one-warp latency mode, ``false``
@@ -25,8 +25,9 @@ from t4lib.core import results
 METRICS = ("l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
            "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum")
 # --clock-control none: ncu leaves the clocks as they are (counts do not depend on them)
-NCU_CMD = ("ncu", "--clock-control", "none", "--kernel-name", "regex:swizzle_bench_kernel",
-           "--metrics", ",".join(METRICS), "python3", "-m", "t4lib.benchmarks.swizzle_ncu")
+NCU_OPTIONS = ("--clock-control", "none", "--kernel-name", "regex:swizzle_bench_kernel", "--metrics", ",".join(METRICS))
+PROBE = ("-m", "t4lib.benchmarks.swizzle_ncu")
+NCU_CMD = ("ncu", *NCU_OPTIONS, "python3", *PROBE)
 
 
 def main(iters: int = 64) -> None:
@@ -42,7 +43,7 @@ def main(iters: int = 64) -> None:
 
 
 def figures_from_ncu_log(text: str, source: str = "t4lib.benchmarks.swizzle_ncu under ncu") -> list[dict]:
-    """MEASURED figures from the output of the ncu command in the module docstring.
+    """MEASURED figures from the output of ``NCU_CMD``.
 
     A 16-byte-per-lane shared load moves 512 bytes, so 4 wavefronts per
     instruction is the conflict-free minimum: ncu's bank-conflict counter then
@@ -78,7 +79,7 @@ def figures_from_ncu_log(text: str, source: str = "t4lib.benchmarks.swizzle_ncu 
 def run(out_dir: str | Path, ncu: str = "ncu", timeout_s: int = 600) -> Path:
     """Run the probe under Nsight Compute and write ``swizzle_ncu.json``. An ncu that is missing, fails or
     gives no figure raises, and the previous file stays as it was."""
-    cmd = [ncu, *NCU_CMD[1:-3], sys.executable, *NCU_CMD[-2:]]
+    cmd = [ncu, *NCU_OPTIONS, sys.executable, *PROBE]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
     except FileNotFoundError:
