@@ -174,7 +174,8 @@ def test_graph_path_buffers_emulated_on_cpu(tiny_cpu, monkeypatch):
     model, _, prompts, refs = tiny_cpu
 
     def capture_all(self, st):
-        st.graphs = {q: _ReplayEager(step) for q, step in self._graph_steps(st)}
+        st.graphs = {0: _ReplayEager(lambda: self._plain_step(st))}
+        st.graphs.update({k + 1: _ReplayEager((lambda q: lambda: self._verify_step(st, q))(k + 1)) for k in self.ks})
         st.h_pos = torch.zeros(st.B, dtype=torch.long)
         st.h_ids = {q: torch.zeros(st.B, q, dtype=torch.long) for q in st.ids}
 

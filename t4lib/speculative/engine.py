@@ -198,7 +198,7 @@ class _BatchState:
         self.argmax: dict[int, torch.Tensor] = {}    # q -> [B, q] target greedy tokens
         self.vlogits: dict[int, torch.Tensor] = {}   # q -> [B, q, V] logits of the last verify (graph output)
         self.plain_logits = None                     # [B, 1, V] logits of the last plain step (graph output)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> graph: the plain step at 1, a verify of k at k + 1
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> verify graph; key 0: plain step
         self.chunk = None                            # [B, chunk] plain-step outputs
         self.chunk_idx = None
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}   # padded prompt length T -> prefill graph
@@ -381,9 +381,8 @@ class SpeculativeEngine:
         return st
 
     def _graph_steps(self, st: _BatchState) -> list:
-        """``(q, step)`` of each graph to capture, keyed like ``ids`` and ``graph_ms`` by the tokens one replay
-        forwards: the plain step (q = 1) and a verify per k (q = k + 1; ks are >= 1, so no key is shared)."""
-        return [(1, lambda: self._plain_step(st))] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
+        """``(key, step)`` of each graph to capture: the plain step (key 0) and a verify per k (key k + 1)."""
+        return [(0, lambda: self._plain_step(st))] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
                                                       for k in self.ks]
 
     def _capture_all(self, st: _BatchState):
@@ -393,11 +392,11 @@ class SpeculativeEngine:
             st.cache.pos.zero_()
             st.chunk_idx.zero_()
 
-        for q, fn in self._graph_steps(st):   # two warm-up runs each: compile, load kernels
-            st.graphs[q], _ = graphs.capture(fn, reset=reset)
+        for key, fn in self._graph_steps(st):   # two warm-up runs each: compile, load kernels
+            st.graphs[key], _ = graphs.capture(fn, reset=reset)
 
         # the verify-cost curve of this model and batch, for adaptive k
-        times = {q: _median_replay_ms(g, reset) for q, g in st.graphs.items()}
+        times = {max(key, 1): _median_replay_ms(g, reset) for key, g in st.graphs.items()}
         st.graph_ms = times
         if not self._cost_given:
             st.cost = {q: t / times[1] for q, t in times.items()}
@@ -801,7 +800,7 @@ class SpeculativeEngine:
         st.chunk_idx.zero_()
         for _ in range(m):
             if st.graphs:
-                st.graphs[1].replay()
+                st.graphs[0].replay()
             else:
                 self._plain_step(st)
         return st.chunk.cpu().numpy()
