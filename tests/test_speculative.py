@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from t4lib import models
-from t4lib.models import corpus, schema
+from t4lib.models import schema
 from t4lib.serving import StaticEngine
 from t4lib.speculative import (
     DraftModelDrafter, Drafter, PromptLookupDrafter, Sampler, SpeculativeEngine,
@@ -36,7 +36,7 @@ def one_thread():
 def tiny_cpu():
     model, tok = models.load("tiny-cpu", dtype=torch.float32)
     assert tok.eos_token_id == EOS
-    recs = [json.loads(line) for line in open(corpus.data_dir() / "copy_heldout.jsonl")][:6]
+    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_heldout.jsonl")][:6]
     prompts = [tok(schema.copy_prompt(r["instruction"], r["input"]))["input_ids"] for r in recs]
     eng = StaticEngine(model, max_len=160)
     refs = []
@@ -576,7 +576,7 @@ def test_copy_long_lengths_and_grounding(tiny_cpu):
     occur verbatim in it (fix-code: all but the fixed line; reformat: the values)."""
     import re
     _, tok, _, _ = tiny_cpu
-    recs = [json.loads(line) for line in open(corpus.data_dir() / "copy_long_heldout.jsonl")]
+    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_long_heldout.jsonl")]
     assert len(recs) == 80 and {r["kind"] for r in recs} == {"fix_code_long", "reformat_records"}
     for r in recs:
         assert len(tok(r["output"])["input_ids"]) >= 100, r["id"]
@@ -592,9 +592,9 @@ def test_copy_long_deterministic_and_disjoint_from_train(tmp_path):
     mod = _copy_long_mod()
     a = mod.build(tmp_path / "a")[0]
     b = mod.build(tmp_path / "b")[0]
-    manifest = json.loads((corpus.data_dir() / "manifest.json").read_text())
+    manifest = json.loads((models.tiny.corpus.data_dir() / "manifest.json").read_text())
     assert a["sha256"] == b["sha256"] == manifest["files"]["copy_long_heldout.jsonl"]["sha256"]
-    train = [json.loads(line) for line in open(corpus.data_dir() / "copy_train.jsonl")]
+    train = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_train.jsonl")]
     held = [json.loads(line) for line in open(tmp_path / "a" / "copy_long_heldout.jsonl")]
     assert not {r["kind"] for r in train} & {r["kind"] for r in held}
     # instruction templates (numbers and names masked) and inputs never meet
@@ -667,7 +667,7 @@ def _gpu_setup(dtype=torch.float16, quant=False, n=8):
     if quant:
         from t4lib.quant import quantize_model
         quantize_model(model)
-    recs = [json.loads(line) for line in open(corpus.data_dir() / "copy_heldout.jsonl")][:n]
+    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_heldout.jsonl")][:n]
     prompts = [tok(schema.copy_prompt(r["instruction"], r["input"]))["input_ids"] for r in recs]
     se = StaticEngine(model, max_len=256, compile=False)   # graph-captured plain greedy; no compile time
     refs, gaps = [], []

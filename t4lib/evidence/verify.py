@@ -49,10 +49,6 @@ ACCEPTED_DEVICES = {
     "NVIDIA H200": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H200 (sm_90, 132 SMs); "
                             "the sm_75 machine code itself has not run, and SM-count-dependent split "
                             "choices take other paths on a T4's 40 SMs"),
-    # the same JIT path on the same 132 SMs as the H200, with less and slower memory; lent more readily
-    "NVIDIA H100 80GB HBM3": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H100 (sm_90, 132 SMs); "
-                                      "the sm_75 machine code itself has not run, and SM-count-dependent split "
-                                      "choices take other paths on a T4's 40 SMs"),
 }
 
 
@@ -243,7 +239,7 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     sanitizers only the (tool, file) pairs that did not finish clean (with
     ``sanitize_families``: those families' files only, added to the ones the
     entry already covers)."""
-    import torch  # deferred: torch already loads at import (via t4lib.evidence.kat)
+    import torch
 
     if not torch.cuda.is_available():
         raise RuntimeError("t4lib verify needs a CUDA GPU; CI relies on the committed ledger instead")

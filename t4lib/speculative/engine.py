@@ -359,7 +359,7 @@ class SpeculativeEngine:
             st.h_ids = {q: torch.zeros(B, q, dtype=torch.long, pin_memory=True) for q in st.ids}
         if self.use_graph:
             if self.compile and self._compiled is None and self.compile_error is None:
-                import torch._dynamo.config as dcfg  # deferred: only a compiled engine sets dynamo's options
+                import torch._dynamo.config as dcfg
                 # one compiled forward serves every (B, q): dynamo marks the changing sizes dynamic
                 for name in ("recompile_limit", "cache_size_limit"):
                     if hasattr(dcfg, name):
@@ -548,11 +548,9 @@ class SpeculativeEngine:
         cuda = self.device.type == "cuda"
         st = self._state(B)
         on_device = self._uses_rounds(sampler)
-        # k: draft tokens per round. k_planned is the next round's (adaptive k re-plans it after each round);
-        # k_round this round's, 0 when there is nothing to draft (a plain step); a verify forward scores k_round + 1.
-        k_planned = k if k is not None else self.k_max
+        k_next = k if k is not None else self.k_max
         if on_device:
-            self._ensure_rounds(st, k_planned)
+            self._ensure_rounds(st, k_next)
         stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1), device_rounds=on_device)
         alpha = 0.5   # running chance that a drafted token is accepted (adaptive k)
         if cuda:
@@ -568,28 +566,28 @@ class SpeculativeEngine:
         pos = np.array(lens, dtype=np.int64)               # next free cache slot of each row
         done = np.array([max_new_tokens == 1 or f in eos for f in first])
 
-        def propose(contexts, n):
+        def propose(contexts, kk):
             if sampler is None:
-                return self.drafter.propose(contexts, n), None
-            return self.drafter.propose_sampled(contexts, n, sampler, gen)
+                return self.drafter.propose(contexts, kk), None
+            return self.drafter.propose_sampled(contexts, kk, sampler, gen)
 
         if on_device and not done.all():
-            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos, k_planned, stats)
+            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos, k_next, stats)
         while not on_device and not done.all():
             active = np.flatnonzero(~done)
             room = min(max_new_tokens - len(out[b]) for b in active)   # tokens the tightest row may still take
-            k_round = k_planned
-            if k_round > 0:
+            kk = k_next
+            if kk > 0:
                 t = time.perf_counter()
-                drafts, qs = propose([ctx[b] for b in active], k_round)
+                drafts, qs = propose([ctx[b] for b in active], kk)
                 stats.draft_s += time.perf_counter() - t
                 drafts = [d[:max_new_tokens - len(out[b]) - 1] for d, b in zip(drafts, active)]
                 qs = [None] * len(drafts) if qs is None else [None if q is None else q[:len(d)]
                                                               for q, d in zip(qs, drafts)]
                 if not any(drafts):
-                    k_round = 0
-            stats.k_trace.append(k_round)
-            if k_round == 0:
+                    kk = 0
+            stats.k_trace.append(kk)
+            if kk == 0:
                 m = min(self.plain_chunk, room)
                 start_ctx = [list(ctx[b]) for b in active] if self.adaptive else None
                 t = time.perf_counter()
@@ -609,9 +607,9 @@ class SpeculativeEngine:
                     guess, _ = propose(start_ctx, m)
                     stats.draft_s += time.perf_counter() - t
                     alpha = self._update_alpha(alpha, guess, [new[b][:m] for b in active])
-                    k_planned = self._choose_k(alpha, st.cost)
+                    k_next = self._choose_k(alpha, st.cost)
                 continue
-            q = k_round + 1
+            q = kk + 1
             t = time.perf_counter()
             tok = np.empty((B, q), dtype=np.int64)
             for b in range(B):
@@ -642,7 +640,7 @@ class SpeculativeEngine:
             stats.accepted += acc
             if self.adaptive:
                 alpha = self._update_alpha(alpha, drafts, [em[:len(d)] for d, (em, _) in zip(drafts, kept)])
-                k_planned = self._choose_k(alpha, st.cost)
+                k_next = self._choose_k(alpha, st.cost)
         if cuda:
             torch.cuda.synchronize()
         stats.total_s = time.perf_counter() - t0
