@@ -5,7 +5,10 @@ the recipe's three) is enough to show the failure: for each of add, add_add, add
 operation of the <compute> block, right and wrong, and the first few wrong outputs with their questions.
 Writes sft_failures.json beside this file. Usage (about 8 minutes on two cores):
     python labs/small_gpu_recipe/sft_failures.py
+With ``--method lora --lr 1e-3`` the same run trains a LoRA adapter instead (does a constrained update keep the
+base model's reading of held-out wording?) and writes sft_failures_lora_0.001.json.
 """
+import argparse
 import json
 import re
 import time
@@ -30,8 +33,12 @@ def first_operation(output: str) -> str:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--method", choices=("full", "lora"), default="full")
+    ap.add_argument("--lr", type=float, default=LR)
+    args = ap.parse_args()
     torch.set_num_threads(2)
-    settings = sft.SFTSettings(method="full", max_steps=STEPS, batch_size=BATCH, lr=LR, logging_steps=20)
+    settings = sft.SFTSettings(method=args.method, max_steps=STEPS, batch_size=BATCH, lr=args.lr, logging_steps=20)
     t = time.time()
     rec = sft.run("small-gpu", base="fp32", settings=settings, device="cpu", output_dir="/tmp/t4lib_sft_failures",
                   eval_sets=("open_validation_1_2",), train_records=corpus.load_jsonl("open_traces.jsonl"),
@@ -46,9 +53,12 @@ def main() -> None:
             if not r["correct"] and len(wrong.setdefault(r["structure"], [])) < 4:
                 q = questions[r["id"]]
                 wrong[r["structure"]].append(dict(question=q["question"], answer=q["answer"], output=r["output"]))
-    out = Path(__file__).with_name("sft_failures.json")
-    doc = dict(results.lab_record("python labs/small_gpu_recipe/sft_failures.py"), seconds=round(time.time() - t, 1),
-               settings=dict(steps=STEPS, batch=BATCH, lr=LR, traces="open_traces.jsonl", split="validation"),
+    default = (args.method, args.lr) == ("full", LR)
+    out = Path(__file__).with_name("sft_failures.json" if default else f"sft_failures_{args.method}_{args.lr:g}.json")
+    command = "python labs/small_gpu_recipe/sft_failures.py" + ("" if default else f" --method {args.method} --lr {args.lr:g}")
+    doc = dict(results.lab_record(command), seconds=round(time.time() - t, 1),
+               settings=dict(method=args.method, steps=STEPS, batch=BATCH, lr=args.lr, traces="open_traces.jsonl",
+                             split="validation"),
                grounded_pass=after["overall"]["grounded"],
                grounded_by_structure={s: v["grounded"] for s, v in after["by_structure"].items()},
                first_operation={s: dict(c) for s, c in ops.items()}, wrong_examples=wrong)
