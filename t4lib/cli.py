@@ -64,7 +64,7 @@ def _build_cmd(args) -> int:
 def _verify(args) -> int:
     entry = verify.run(sanitize=args.sanitize, bench=not args.no_bench, sanitizer_timeout=args.sanitize_timeout,
                        shards=args.sanitize_shards, resume=args.resume,
-                       sanitize_families=args.sanitize_families)
+                       sanitize_families=args.sanitize_families, jobs=args.jobs)
     print(json.dumps({"device": entry["device"], "sources_sha256": entry["sources_sha256"],
                       "checks": entry["checks"], "gpu_tests": entry["gpu_tests"]["counts"],
                       "sanitizers_clean": entry.get("sanitizers_clean", "not run"),
@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="with --sanitize: only these kernel families' test files, or named test files of a family "
                         "(tests/test_w4a16_ws.py); the entry records which")
     v.add_argument("--no-bench", action="store_true")
+    v.add_argument("--jobs", type=int, default=1,
+                   help="run the GPU tests in this many pytest-xdist processes (whole files each) on the one GPU")
     be = sub.add_parser("bench", help=f"run benchmarks ({', '.join(BENCHES)})")
     be.add_argument("names", nargs="*")
     be.add_argument("--out")

@@ -127,3 +127,31 @@ def test_the_checker_sees_a_cycle_and_an_upward_import(tmp_path, monkeypatch):
         test_no_import_cycle(g)
     with pytest.raises(AssertionError):
         test_no_function_level_import_of_the_package(g)
+
+
+def _uncommented_late_imports(root: Path) -> list[str]:
+    """Imports inside a function of ``root``'s t4lib with no comment on their line or the line above."""
+    out = []
+    for path in sorted((root / "t4lib").rglob("*.py")):
+        lines = path.read_text().splitlines()
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    above = lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+                    if "#" not in lines[node.lineno - 1] and not above.startswith("#"):
+                        out.append(f"{path.relative_to(root)}:{node.lineno}: {lines[node.lineno - 1].strip()}")
+    return sorted(set(out))
+
+
+def test_every_function_level_import_says_why():
+    """A late import is the exception (an optional dependency, a torch-free import path): each says why."""
+    assert not _uncommented_late_imports(ROOT), _uncommented_late_imports(ROOT)
+
+
+def test_the_late_import_check_sees_an_uncommented_one(tmp_path):
+    (tmp_path / "t4lib").mkdir()
+    (tmp_path / "t4lib" / "m.py").write_text("def f():\n    import json  # deferred: why\n\n\ndef g():\n"
+                                              "    import torch\n")
+    assert _uncommented_late_imports(tmp_path) == ["t4lib/m.py:6: import torch"]

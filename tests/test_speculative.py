@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from t4lib import models
-from t4lib.models import schema
+from t4lib.models import corpus, schema
 from t4lib.serving import StaticEngine
 from t4lib.speculative import (
     DraftModelDrafter, Drafter, PromptLookupDrafter, Sampler, SpeculativeEngine,
@@ -36,7 +36,7 @@ def one_thread():
 def tiny_cpu():
     model, tok = models.load("tiny-cpu", dtype=torch.float32)
     assert tok.eos_token_id == EOS
-    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_heldout.jsonl")][:6]
+    recs = [json.loads(line) for line in open(corpus.data_dir() / "copy_heldout.jsonl")][:6]
     prompts = [tok(schema.copy_prompt(r["instruction"], r["input"]))["input_ids"] for r in recs]
     eng = StaticEngine(model, max_len=160)
     refs = []
@@ -174,8 +174,7 @@ def test_graph_path_buffers_emulated_on_cpu(tiny_cpu, monkeypatch):
     model, _, prompts, refs = tiny_cpu
 
     def capture_all(self, st):
-        st.graphs = {0: _ReplayEager(lambda: self._plain_step(st))}
-        st.graphs.update({k + 1: _ReplayEager((lambda q: lambda: self._verify_step(st, q))(k + 1)) for k in self.ks})
+        st.graphs = {q: _ReplayEager(step) for q, step in self._graph_steps(st)}
         st.h_pos = torch.zeros(st.B, dtype=torch.long)
         st.h_ids = {q: torch.zeros(st.B, q, dtype=torch.long) for q in st.ids}
 
@@ -195,6 +194,29 @@ def test_graph_path_buffers_emulated_on_cpu(tiny_cpu, monkeypatch):
     assert len(eng._states[1].prefill_graphs) == len({-(-len(p) // 8) for p in prompts[:4]}) > 1
     r = eng.generate(prompts[:4], MAX_NEW, eos_token_id=EOS)
     assert r.new_tokens == refs[:4] and r.stats.prefill_graph and r.stats.plain_steps + r.stats.drafted > 0
+
+
+@pytest.mark.parametrize("which", ["engine", "draft decoder"])
+def test_graph_capture_keys_and_cost_curve_on_cpu(tiny_cpu, monkeypatch, which):
+    """The engine's own capture of every step graph (capture and GPU timing stood in for, each step run once):
+    keyed by the tokens a replay forwards, the plain step at 1, and the verify-cost curve relative to it, for the
+    engine and for the draft model's plain decoder, which captures the plain step only."""
+    model = tiny_cpu[0]
+
+    def capture(fn, reset=None, **kw):
+        reset()
+        fn()
+        return _ReplayEager(fn), None
+
+    monkeypatch.setattr(engine_mod.graphs, "capture", capture)
+    monkeypatch.setattr(engine_mod, "_median_replay_ms", lambda g, reset: 2.0)
+    if which == "engine":
+        eng, want = spec(model, max_batch_size=2, ks=(1, 3), compile=False), {1, 2, 4}
+    else:
+        eng, want = DraftModelDrafter(model, max_len=160, eos_token_id=EOS, compile=False).decoder, {1}
+    eng.use_graph = True   # the CUDA-only switch, set past the constructor's device check
+    st = eng._state(2)
+    assert set(st.graphs) == set(st.graph_ms) == want and st.cost[1] == 1.0
 
 
 def test_draft_model_greedy_proposals(tiny_cpu):
@@ -576,7 +598,7 @@ def test_copy_long_lengths_and_grounding(tiny_cpu):
     occur verbatim in it (fix-code: all but the fixed line; reformat: the values)."""
     import re
     _, tok, _, _ = tiny_cpu
-    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_long_heldout.jsonl")]
+    recs = [json.loads(line) for line in open(corpus.data_dir() / "copy_long_heldout.jsonl")]
     assert len(recs) == 80 and {r["kind"] for r in recs} == {"fix_code_long", "reformat_records"}
     for r in recs:
         assert len(tok(r["output"])["input_ids"]) >= 100, r["id"]
@@ -592,9 +614,9 @@ def test_copy_long_deterministic_and_disjoint_from_train(tmp_path):
     mod = _copy_long_mod()
     a = mod.build(tmp_path / "a")[0]
     b = mod.build(tmp_path / "b")[0]
-    manifest = json.loads((models.tiny.corpus.data_dir() / "manifest.json").read_text())
+    manifest = json.loads((corpus.data_dir() / "manifest.json").read_text())
     assert a["sha256"] == b["sha256"] == manifest["files"]["copy_long_heldout.jsonl"]["sha256"]
-    train = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_train.jsonl")]
+    train = [json.loads(line) for line in open(corpus.data_dir() / "copy_train.jsonl")]
     held = [json.loads(line) for line in open(tmp_path / "a" / "copy_long_heldout.jsonl")]
     assert not {r["kind"] for r in train} & {r["kind"] for r in held}
     # instruction templates (numbers and names masked) and inputs never meet
@@ -667,7 +689,7 @@ def _gpu_setup(dtype=torch.float16, quant=False, n=8):
     if quant:
         from t4lib.quant import quantize_model
         quantize_model(model)
-    recs = [json.loads(line) for line in open(models.tiny.corpus.data_dir() / "copy_heldout.jsonl")][:n]
+    recs = [json.loads(line) for line in open(corpus.data_dir() / "copy_heldout.jsonl")][:n]
     prompts = [tok(schema.copy_prompt(r["instruction"], r["input"]))["input_ids"] for r in recs]
     se = StaticEngine(model, max_len=256, compile=False)   # graph-captured plain greedy; no compile time
     refs, gaps = [], []

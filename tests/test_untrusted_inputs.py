@@ -152,11 +152,9 @@ def test_tiny_weights_quantize_within_fp16_resolution(a):
     assert ((d - w).abs() <= step + 2 ** -24).all()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known defect: a group whose absmax / 7.5 rounds to 0 in fp16 (absmax below ~2.2e-7) gets scale 1.0 and "
-    "dequantizes to zeros; the fix (scale floored at 2**-24) changes t4lib/quant/w4a16.py, a GPU-ledger "
-    "source, and lands with the next ledger entry"))
 def test_a_group_whose_fp16_scale_underflows_keeps_its_values():
+    """absmax / 7.5 rounds to 0 in fp16 here: the scale floors at fp16's smallest subnormal rather than
+    dequantizing a non-zero group to zeros."""
     w = torch.full((1, 128), 2e-7)
     w[0, ::2] = -2e-7
     d = quantize_rtn(w).dequantize(torch.float32)

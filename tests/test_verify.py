@@ -113,6 +113,18 @@ def test_each_missing_piece_of_evidence_rejects(ledger, breaks):
     assert not ok, why
 
 
+@pytest.mark.parametrize("device", sorted(verify.ACCEPTED_DEVICES))
+def test_each_accepted_device_is_accepted_at_its_capability_only(ledger, device):
+    """An H100 runs the same compute_75 JIT path as the H200; each listed device passes with its own
+    capability and is rejected with another."""
+    cap = list(verify.ACCEPTED_DEVICES[device][0])
+    ok, why = ledger(_entry(device=device, capability=cap))
+    assert ok, why
+    assert verify.ACCEPTED_DEVICES[device][1] in why
+    ok, why = ledger(_entry(device=device, capability=[8, 6]))
+    assert not ok and f"{device} with capability (8, 6)" in why
+
+
 def test_collection_changed_since_the_run_rejects(ledger, monkeypatch):
     monkeypatch.setattr(verify, "_current_collection", lambda: (*FAMILY_IDS, "tests/test_int4_kat.py::test_new"))
     ok, why = ledger(_entry())
@@ -197,6 +209,24 @@ def test_a_verify_run_writes_an_entry_check_ledger_accepts(ledger, monkeypatch, 
     assert not entry["passed"]
     ok, why = verify.check_ledger()
     assert not ok and "1 GPU tests failed or errored" in why
+
+
+@pytest.mark.parametrize("jobs", [0, -2, 1.5, "4", True])
+def test_bad_jobs_is_an_error_naming_it_before_any_build(jobs, monkeypatch):
+    monkeypatch.setattr(build, "build_many", lambda *a, **k: pytest.fail("built before checking jobs"))
+    with pytest.raises(ValueError, match="jobs"):
+        verify.run(bench=False, jobs=jobs)
+
+
+def test_jobs_runs_whole_test_files_per_process_and_names_a_missing_xdist(monkeypatch):
+    import importlib.util
+
+    assert verify._xdist_args(1) == []
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "xdist" else None)
+    assert verify._xdist_args(6) == ["-n", "6", "--dist", "loadfile"]
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(RuntimeError, match="pytest-xdist"):
+        verify._xdist_args(6)
 
 
 def test_sanitizer_targets_for_chosen_families():

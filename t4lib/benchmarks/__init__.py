@@ -1,5 +1,5 @@
-"""Every benchmark, each reachable as ``python -m t4lib bench NAME``. The library measures
-nothing by itself: its modules are imported here, never the other way round."""
+"""Every benchmark, each reachable as ``python -m t4lib bench NAME``. Benchmarks import the library's
+modules; of the library, only the evidence floor (``t4lib.evidence.verify`` runs them) imports a benchmark."""
 
 from pathlib import Path
 

@@ -30,7 +30,7 @@ QWEN7B = QWEN25_7B
 
 def build_random_model(cfg_kw: dict, dev="cuda"):
     """A random-weight Qwen2 causal LM built directly in fp16 on ``dev``."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoModelForCausalLM, Qwen2Config  # optional: transformers (the train extra)
 
     cfg = Qwen2Config(**cfg_kw)
     torch.manual_seed(0)
@@ -246,7 +246,7 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True, serve_ba
 
 
 def main(argv=None) -> int:
-    import argparse
+    import argparse  # deferred: light stdlib, only the CLI needs it
 
     p = argparse.ArgumentParser(prog="python3 -m t4lib.benchmarks.serving")
     p.add_argument("--out", default=None, help="results folder (default results/<device-slug>)")

@@ -257,7 +257,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         raise ValueError(f"prompt_set must be 'project' or 'open', got {prompt_set!r}")
     if hf_prompts is not None and (not isinstance(hf_prompts, int) or isinstance(hf_prompts, bool) or hf_prompts < 1):
         raise ValueError(f"hf_prompts must be a positive int or None, got {hf_prompts!r}")
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -86,7 +86,7 @@ def gemv_cases(M, K, N, with_bnb=True):
     }
     bnb = _bnb() if with_bnb else None
     if bnb is not None:
-        import bitsandbytes.functional as bf
+        import bitsandbytes.functional as bf  # optional: bitsandbytes (no extra declares it), only when _bnb() found it
 
         def make_nf4():
             w = torch.randn(N, K, device=dev).half() * 0.02
@@ -217,7 +217,7 @@ def run(out_dir: str | Path, quick: bool = False, gemv_section: bool = True, gem
 
 
 def main(argv=None) -> int:
-    import argparse
+    import argparse  # deferred: light stdlib, only the CLI needs it
 
     p = argparse.ArgumentParser(prog="python3 -m t4lib.benchmarks.w4a16")
     p.add_argument("--out", default=None, help="results folder (default results/<device-slug>)")

@@ -148,7 +148,7 @@ def _attend_block(q, k, v, q0: int, causal: bool) -> torch.Tensor:
     kend = q0 + n
     kk, vv = k[:, :kend], v[:, :kend]
     try:
-        from torch.nn.attention.bias import causal_lower_right
+        from torch.nn.attention.bias import causal_lower_right  # newer torch only: the except below covers older torch
 
         return F.scaled_dot_product_attention(q[None], kk[None], vv[None],
                                               attn_mask=causal_lower_right(n, kend))[0]

@@ -51,7 +51,7 @@ def summarize(xs: list[float]) -> dict[str, float]:
 
 
 def _device_of(device) -> Any:
-    import torch
+    import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
 
     if device is None:
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
@@ -60,7 +60,7 @@ def _device_of(device) -> Any:
 
 def time_calls(fn: Callable[[], Any], reps: int, device=None) -> list[float]:
     """``reps`` latencies in seconds of ``fn()``, synchronizing before each."""
-    import torch
+    import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
 
     dev = _device_of(device)
     out = []
@@ -91,7 +91,7 @@ def time_alternating(cases: dict[str, Callable[[], Any]], *, warmup: int = WARMU
     **summarize(samples)}}``; ``order`` (the call order, for tests) is kept
     under the key ``"_order"`` of the first case's entry.
     """
-    import torch
+    import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
 
     if not cases:
         raise ValueError("cases must not be empty")
@@ -129,7 +129,7 @@ class Stopwatch:
         self.seconds = float("nan")
 
     def _sync(self):
-        import torch
+        import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
 
         dev = _device_of(self.device)
         if dev.type == "cuda":
@@ -180,7 +180,7 @@ def spawn(target: str, payload: dict, *, timeout: float = 600.0, env: dict | Non
 
 
 def _main(argv: list[str]) -> int:
-    import importlib
+    import importlib  # deferred: light stdlib, only the worker entry point needs it
 
     if len(argv) != 3:
         print("usage: python -m t4lib.contract.timing module:function in.json out.json", file=sys.stderr)

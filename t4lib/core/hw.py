@@ -66,7 +66,7 @@ def slug(name: str) -> str:
 @functools.lru_cache(maxsize=None)
 def device_info(index: int = 0) -> dict:
     """Name, capability, SMs, memory, L2, driver and library versions."""
-    import torch
+    import torch  # torch-free import path (t4lib.core.results imports hw)
 
     info = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda, "cuda_available": torch.cuda.is_available()}
     if not torch.cuda.is_available():
@@ -80,7 +80,7 @@ def device_info(index: int = 0) -> dict:
 
 def _driver_version() -> str | None:
     try:
-        import pynvml
+        import pynvml  # nvidia-ml-py may be missing: the except below returns None
 
         pynvml.nvmlInit()
         v = pynvml.nvmlSystemGetDriverVersion()
@@ -101,7 +101,7 @@ def l2_bytes() -> int:
 def copy_bandwidth(nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth in bytes/s (read + write bytes), measured
     once per process with CUDA events over repeated ``copy_`` calls."""
-    import torch
+    import torch  # torch-free import path (t4lib.core.results imports hw)
 
     if not torch.cuda.is_available():
         raise RuntimeError("copy_bandwidth() needs a CUDA device")

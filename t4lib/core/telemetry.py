@@ -25,7 +25,7 @@ _REASON_NAMES = {
 def _nvml(index: int = 0):
     """(pynvml module, handle) or raise RuntimeError saying why not."""
     try:
-        import pynvml
+        import pynvml  # nvidia-ml-py may be missing: reported as RuntimeError below
     except ImportError:
         raise RuntimeError("nvidia-ml-py is not installed") from None
     try:
@@ -37,7 +37,7 @@ def _nvml(index: int = 0):
 
 def decode_reasons(mask: int) -> list[str]:
     """Clock-event reason bitmask -> names (``gpu_idle`` is kept: it is a reason too)."""
-    import pynvml
+    import pynvml  # deferred: pynvml (nvidia-ml-py) loads only where NVML is used
 
     names = []
     for attr, name in _REASON_NAMES.items():
@@ -131,7 +131,7 @@ class Sampler:
     def summary(self) -> dict[str, Any]:
         if not self.samples:
             return {"n": 0, "why": self.why or "no samples"}
-        import numpy as np
+        import numpy as np  # deferred: keeps numpy off the import path of t4lib.core.results
 
         def col(k):
             return np.array([s[k] for s in self.samples if s[k] is not None], dtype=float)

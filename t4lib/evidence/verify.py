@@ -16,6 +16,7 @@ the commit it ran at and the driver.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -49,6 +50,10 @@ ACCEPTED_DEVICES = {
     "NVIDIA H200": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H200 (sm_90, 132 SMs); "
                             "the sm_75 machine code itself has not run, and SM-count-dependent split "
                             "choices take other paths on a T4's 40 SMs"),
+    # the same JIT path on the same 132 SMs as the H200, with less and slower memory; lent more readily
+    "NVIDIA H100 80GB HBM3": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H100 (sm_90, 132 SMs); "
+                                      "the sm_75 machine code itself has not run, and SM-count-dependent split "
+                                      "choices take other paths on a T4's 40 SMs"),
 }
 
 
@@ -226,21 +231,36 @@ def _summarize(files: dict) -> dict:
     return out
 
 
+def _xdist_args(jobs: int) -> list[str]:
+    """pytest arguments for ``jobs`` processes; one process needs no plugin."""
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a positive int, got {jobs!r}")
+    if jobs == 1:
+        return []
+    if importlib.util.find_spec("xdist") is None:
+        raise RuntimeError(f"jobs={jobs} needs pytest-xdist (pip install pytest-xdist); jobs=1 runs without it")
+    return ["-n", str(jobs), "--dist", "loadfile"]
+
+
 def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
         sanitizer_timeout: int = 240, shards: int = 1, resume: bool = False,
-        sanitize_families: list[str] | None = None) -> dict:
+        sanitize_families: list[str] | None = None, jobs: int = 1) -> dict:
     """Run the whole verification on the current GPU and write the ledger entry.
 
     ``sanitize_families``: run the sanitizers over these families' tests only (the entry's
     ``sanitizer_targets`` says which ran; the others are not covered by this entry).
+
+    ``jobs``: run the GPU tests in this many pytest-xdist processes, each taking whole test files
+    (module fixtures stay in one process); the tests share the one GPU.
 
     ``resume``: when this device's ledger entry already verifies the current
     sources, keep its builds, tests, KATs and bench, and re-run under the
     sanitizers only the (tool, file) pairs that did not finish clean (with
     ``sanitize_families``: those families' files only, added to the ones the
     entry already covers)."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.evidence.kat)
 
+    xdist = _xdist_args(jobs)   # a bad jobs fails here, before any build
     if not torch.cuda.is_available():
         raise RuntimeError("t4lib verify needs a CUDA GPU; CI relies on the committed ledger instead")
     info = hw.device_info()
@@ -264,7 +284,8 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     # 2. GPU tests: the collection is recorded, so CI can tell a test added or renamed since
     collected = collect_gpu_tests()
     with tempfile.TemporaryDirectory() as tmp:
-        entry["gpu_tests"] = _pytest(["-m", GPU_MARKER, "tests"], Path(tmp) / "gpu.xml")
+        entry["gpu_tests"] = _pytest(["-m", GPU_MARKER, *xdist, "tests"], Path(tmp) / "gpu.xml")
+    entry["gpu_tests"]["jobs"] = jobs
     entry["gpu_tests"]["collected"] = collected
     checks["every_collected_test_ran"] = set(entry["gpu_tests"]["tests"]) == set(collected)
     outcomes = list(entry["gpu_tests"]["tests"].values())

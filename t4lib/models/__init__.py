@@ -28,7 +28,7 @@ def _dtype_kw(dtype):
     """``dtype=`` on transformers >= 4.56 (and 5.x), ``torch_dtype=`` before."""
     if dtype is None:
         return {}
-    import transformers
+    import transformers  # optional: transformers (the train extra)
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
 
@@ -56,7 +56,7 @@ def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None
     """
     if not isinstance(model_id_or_path, (str, os.PathLike)) or not str(model_id_or_path).strip():
         raise ValueError(f"model_id_or_path must be a non-empty string or path, got {model_id_or_path!r}")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # optional: transformers (the train extra)
 
     name = str(model_id_or_path)
     if name in presets.PRESETS and not Path(name).exists():
@@ -79,7 +79,7 @@ def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None
             raise FileNotFoundError(f"model_id_or_path {name!r} looks like a path but does not exist")
         offline = _offline_env() if offline is None else bool(offline)
         try:   # the cache first: no network needed when the model was downloaded before
-            from huggingface_hub import try_to_load_from_cache
+            from huggingface_hub import try_to_load_from_cache  # optional: huggingface_hub (comes with transformers)
             # Checked here because transformers' adapter lookup asks the hub (with retries) even
             # under local_files_only when the model is not cached.
             if not isinstance(try_to_load_from_cache(name, "config.json"), str):
@@ -111,7 +111,7 @@ def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None
 
 def _cache_dir() -> str:
     try:
-        from huggingface_hub import constants
+        from huggingface_hub import constants  # optional: huggingface_hub (comes with transformers); fallback below
         return str(constants.HF_HUB_CACHE)
     except Exception:  # pragma: no cover
         return os.environ.get("HF_HOME", "~/.cache/huggingface")

@@ -18,7 +18,7 @@ from t4lib.models import corpus, schema
 
 
 def _generate(model, tok, prompts: list[str], max_new: list[int] | int, batch_size: int, device) -> list[str]:
-    import torch
+    import torch  # torch-free import path
     if isinstance(max_new, int):
         max_new = [max_new] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]), max_new[i]))

@@ -37,7 +37,7 @@ class PackedStream(IterableDataset):
         self.seq_len, self.batch_size, self.prompt_weight = seq_len, batch_size, prompt_weight
 
     def __iter__(self):
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # optional: transformers (the train extra)
         info = get_worker_info()
         wid = info.id if info is not None else 0
         tok = AutoTokenizer.from_pretrained(self.tokenizer_dir)

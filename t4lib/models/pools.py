@@ -85,7 +85,7 @@ def _first_names() -> set[str]:
 
 def _cities(n: int = 4000) -> set[str]:
     """Faker's generated cities, less any built on a quarantined name ("Lake Xavier")."""
-    from faker import Faker
+    from faker import Faker  # optional: faker (the corpus extra)
     fk = Faker("en_US")
     fk.seed_instance(0)
     quarantine = set(QUARANTINE_NAMES)
@@ -97,7 +97,7 @@ def pools() -> dict[str, Pool]:
     """``{"train": Pool, "heldout": Pool}``; ImportError naming the ``corpus`` extra when Faker or
     english-words is missing."""
     try:
-        from english_words import get_english_words_set
+        from english_words import get_english_words_set  # optional: english-words (the corpus extra)
     except ImportError as e:  # optional dependency: only the procedural corpus needs it
         raise ImportError("the procedural corpus needs the corpus extra: pip install 't4lib[corpus]' "
                           "(faker, english-words)") from e

@@ -60,7 +60,7 @@ def tokenizer_dir() -> Path:
 
 
 def load_tokenizer(path=None):
-    from transformers import AutoTokenizer
+    from transformers import AutoTokenizer  # optional: transformers (the train extra)
     path = Path(path or tokenizer_dir())
     if not (path / "tokenizer.json").is_file():
         raise FileNotFoundError(f"tokenizer not found at {path}; build it with `python data/build_all.py`")
@@ -70,7 +70,7 @@ def load_tokenizer(path=None):
 
 def model_config(preset: Preset | str, vocab_size: int, eos_id: int, pad_id: int):
     """``Qwen2Config`` of a preset (tied embeddings, vocab rounded up to 64)."""
-    from transformers import Qwen2Config
+    from transformers import Qwen2Config  # optional: transformers (the train extra)
     p = get_preset(preset) if isinstance(preset, str) else preset
     vocab = -(-vocab_size // 64) * 64
     return Qwen2Config(
@@ -83,8 +83,8 @@ def model_config(preset: Preset | str, vocab_size: int, eos_id: int, pad_id: int
 
 
 def build_model(preset: Preset | str, tokenizer, seed: int = 0):
-    import torch
-    from transformers import Qwen2ForCausalLM
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
+    from transformers import Qwen2ForCausalLM  # optional: transformers (the train extra)
     cfg = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(cfg)
@@ -101,8 +101,8 @@ def arithmetic_drills(n: int, seed: int = 0) -> list[tuple[str, str]]:
     """``n`` exact arithmetic facts ``("47 + 29 =", " 76")`` in the number
     ranges and forms the word problems use (sums, differences, products,
     exact quotients, percent-of, fraction sums), drawn with ``seed``."""
-    import random
-    from fractions import Fraction
+    import random  # deferred: light stdlib, only needed here
+    from fractions import Fraction  # deferred: light stdlib, only needed here
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -146,7 +146,7 @@ def _batches(docs, seq_len, batch_size, seed):
     """Endless packed batches (ids, weights) ``[batch_size, seq_len + 1]``:
     documents are shuffled per epoch, concatenated and cut into rows; the
     weight of a token is applied to the loss of predicting it."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     ids = [torch.tensor(d[0], dtype=torch.long) for d in docs]
     wts = [torch.tensor(d[1], dtype=torch.float32) for d in docs]
     epoch = 0
@@ -167,7 +167,7 @@ def _batches(docs, seq_len, batch_size, seed):
 # ----------------------------------------------------------------------------- evaluation
 
 def _generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, progress=None):
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     outs = []
     tokenizer.padding_side = "left"
     for i in range(0, len(prompts), batch_size):
@@ -210,7 +210,7 @@ def copy_sequences(tokenizer, recs) -> tuple[list[list[int]], list[tuple[int, in
 
 
 def eval_copy(model, tokenizer, n=300, batch_size=64, device="cpu", generate_n=60, progress=None):
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     recs = corpus.load_jsonl("copy_heldout.jsonl")[:n]
     correct = total = 0
     by_kind = {}
@@ -258,7 +258,7 @@ def eval_honesty(model, tokenizer, n=150, batch_size=64, device="cpu", progress=
 
 
 def evaluate(model, tokenizer, preset: Preset, device="cpu") -> dict:
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
     model.eval()
     total = preset.eval_math + preset.eval_copy + preset.eval_honesty
     with tqdm(total=total, desc="eval", unit="ex", file=sys.stderr) as bar:
@@ -281,9 +281,9 @@ def _lr_at(step, p: Preset):
 def plot_loss(losses, path, title):
     """Training loss per step and its running mean, log scale. ``losses``: one list, or ``{label: list}`` for
     several series on one plot."""
-    import matplotlib
+    import matplotlib  # optional: matplotlib (the notebooks extra)
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # after matplotlib.use("Agg"): the backend is set before pyplot loads
     series = losses if isinstance(losses, dict) else {"": losses}
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for k, (label, ls) in enumerate(series.items()):
@@ -304,9 +304,9 @@ def plot_loss(losses, path, title):
 
 
 def _versions():
-    import tokenizers
-    import torch
-    import transformers
+    import tokenizers  # optional: tokenizers (the train extra)
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
+    import transformers  # optional: transformers (the train extra)
     return dict(python=platform.python_version(), torch=torch.__version__,
                 transformers=transformers.__version__, tokenizers=tokenizers.__version__)
 
@@ -338,8 +338,8 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     save it (fp16 safetensors + tokenizer), its record and loss plot into
     ``out`` (default ``data/models/<preset>``). ``overrides`` replaces training
     fields of the preset (see ``override_preset``). Returns the record."""
-    import torch
-    from tqdm.auto import tqdm
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
+    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
     p = get_preset(preset) if isinstance(preset, str) else preset
     p = override_preset(p, overrides)
     if steps is not None:
@@ -425,7 +425,7 @@ def _command(preset: str, steps, overrides) -> str:
 
 
 def _optimizer(model, p: Preset, device: str):
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     decay = [q for n, q in model.named_parameters() if q.ndim >= 2]
     no_decay = [q for n, q in model.named_parameters() if q.ndim < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
@@ -434,7 +434,7 @@ def _optimizer(model, p: Preset, device: str):
 
 
 def _weighted_loss(model, batch, wts):
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     logits = model(input_ids=batch[:, :-1]).logits
     nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                             batch[:, 1:].reshape(-1), reduction="none")
@@ -443,7 +443,7 @@ def _weighted_loss(model, batch, wts):
 
 def _update(model, opt, scaler, loss):
     """One optimizer step: backward (through the fp16 GradScaler when there is one), clip at norm 1, step."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     opt.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
@@ -462,8 +462,8 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     """Pretrain ``p`` on the procedural corpus generated while it trains (``p.workers`` processes), then
     evaluate the saved fp16 weights on the validation and test splits (:mod:`t4lib.models.open_eval`).
     Records the generator's tokens/s alone, the trainer's tokens/s and the time the GPU waited for data."""
-    import torch
-    from tqdm.auto import tqdm
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
+    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
 
     t0 = time.time()
     tok_dir = corpus.data_dir() / p.tokenizer
@@ -550,7 +550,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
 
 def save(model, tokenizer, out, tokenizer_source=None):
     """fp16 safetensors checkpoint + tokenizer in ``out``."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = model.to("cpu", dtype=torch.float16)
@@ -605,7 +605,7 @@ def main(argv=None):
         print(json.dumps(show, indent=2))
         print(f"wrote {Path(a.out) if a.out else checkpoint_dir(a.preset)}")
     else:
-        import torch
+        import torch  # deferred: torch already loads at import (via t4lib.models.packing)
         device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
         path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
         model, tok = load(path, dtype=torch.float32, device=device)

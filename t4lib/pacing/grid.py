@@ -50,7 +50,7 @@ def device_limits(device: int | str | None = None) -> SMLimits:
 
     Raises RuntimeError when there is no CUDA device.
     """
-    import torch
+    import torch  # deferred: grid itself is torch-free (the t4lib.pacing package loads torch anyway)
 
     if not torch.cuda.is_available():
         raise RuntimeError("device_limits() needs a CUDA device; without one use T4_LIMITS or pass SMLimits "

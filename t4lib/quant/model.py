@@ -195,7 +195,7 @@ def quantize_model(model: nn.Module, policy: dict | None = None, *, calib: Itera
         hess = collect_hessians(model, gptq, calib)
     it = todo
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
         it = tqdm(todo, desc="quantize", leave=False)
     # every layer is quantized before any is replaced: a layer that fails leaves the model as it was
     new = {}
@@ -223,7 +223,7 @@ def weight_bytes(model: nn.Module) -> int:
 
 def save_quantized(model: nn.Module, path: str | Path) -> Path:
     """Write ``model.safetensors`` (with the policy in its metadata) and the HF config to ``path/``."""
-    from safetensors.torch import save_model
+    from safetensors.torch import save_model  # deferred: safetensors (a core dependency), only needed when saving
 
     pol = getattr(model, "t4lib_quant_policy", None)
     if pol is None:
@@ -251,8 +251,8 @@ def load_quantized(path: str | Path, model: nn.Module | None = None, device=None
     ``model``: an unquantized skeleton of the same architecture; by default
     one is built from the saved config with ``AutoModelForCausalLM.from_config``.
     """
-    from safetensors import safe_open
-    from safetensors.torch import load_model
+    from safetensors import safe_open  # deferred: safetensors (a core dependency), only needed when loading
+    from safetensors.torch import load_model  # deferred: safetensors (a core dependency), only needed when loading
 
     path = Path(path)
     f = path / "model.safetensors"
@@ -264,7 +264,7 @@ def load_quantized(path: str | Path, model: nn.Module | None = None, device=None
         raise ValueError(f"{f} carries no t4lib_quant_policy metadata: not written by save_quantized")
     pol = json.loads(meta["t4lib_quant_policy"])
     if model is None:
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM  # optional: transformers (the train extra)
 
         cfg = AutoConfig.from_pretrained(path)
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)

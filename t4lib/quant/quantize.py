@@ -6,7 +6,7 @@ The format dequantizes to fp16 (the kernels multiply in fp16): code ``-8`` times
 ``|w| <= 65504 * 7.5 / 8`` (about 61,410); beyond it the scales or the dequantized weights overflow to
 inf and every product with them is inf or NaN. Such a weight is refused, naming where it breaks. Tiny
 weights are no error: a group whose scale would fall below fp16's smallest subnormal (``absmax`` under
-about 2e-7) quantizes to zeros, the nearest value the format can hold (error under that bound).
+about 4.5e-7) takes that subnormal as its scale, so each weight stays within half a step of it.
 """
 from __future__ import annotations
 

@@ -41,9 +41,10 @@ def _check_weight(weight, group_size) -> tuple[int, int]:
 
 
 def _group_scales(wg: torch.Tensor) -> torch.Tensor:
-    """[..., group] fp32 -> [...] fp16 scale, absmax / 7.5 rounded to fp16 (never 0)."""
+    """[..., group] fp32 -> [...] fp16 scale, absmax / 7.5 rounded to fp16, at least fp16's smallest subnormal
+    (never 0: a scale that rounds to 0 would dequantize a tiny but non-zero group to zeros)."""
     s = (wg.abs().amax(dim=-1) / _RTN_DIV).to(torch.float16)
-    return torch.where(s > 0, s, torch.ones_like(s))
+    return s.clamp_min(2.0 ** -24)
 
 
 def rtn_codes(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -29,7 +29,7 @@ def _known() -> str:
 
 def version() -> tuple[int, int]:
     """``(major, minor)`` of the installed transformers."""
-    import transformers
+    import transformers  # optional: transformers (the train extra)
 
     parts = transformers.__version__.split(".")
     return int(parts[0]), int("".join(c for c in parts[1] if c.isdigit()) or 0)
@@ -37,7 +37,7 @@ def version() -> tuple[int, int]:
 
 def check_version() -> None:
     """Raise if the installed transformers predates what the engine needs, naming both."""
-    import transformers
+    import transformers  # optional: transformers (the train extra)
 
     if version() < MIN_VERSION:
         raise RuntimeError(f"{_known()}; found transformers {transformers.__version__}. "
@@ -46,8 +46,8 @@ def check_version() -> None:
 
 def static_cache(config, max_len: int):
     """A ``transformers.StaticCache`` of ``max_len`` positions for ``config``'s model."""
-    import transformers
-    from transformers import StaticCache
+    import transformers  # optional: transformers (the train extra)
+    from transformers import StaticCache  # optional: transformers (the train extra)
 
     try:
         cache = StaticCache(config=config, max_cache_len=max_len)

@@ -102,7 +102,7 @@ def _plain_decoder(model, max_len: int, max_batch_size: int, k_max: int, **engin
     (one graph replayed), with no verify graphs."""
     class PlainDecoder(SpeculativeEngine):
         def _graph_steps(self, st):
-            return [(0, lambda: self._plain_step(st))]
+            return [self._plain_graph_step(st)]
 
     return PlainDecoder(model, _NoDraft(), max_len=max_len, max_batch_size=max_batch_size, ks=(k_max,),
                         adaptive=False, plain_chunk=k_max, **engine_kw)

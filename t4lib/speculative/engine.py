@@ -198,7 +198,7 @@ class _BatchState:
         self.argmax: dict[int, torch.Tensor] = {}    # q -> [B, q] target greedy tokens
         self.vlogits: dict[int, torch.Tensor] = {}   # q -> [B, q, V] logits of the last verify (graph output)
         self.plain_logits = None                     # [B, 1, V] logits of the last plain step (graph output)
-        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> verify graph; key 0: plain step
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}   # q -> graph: the plain step at 1, a verify of k at k + 1
         self.chunk = None                            # [B, chunk] plain-step outputs
         self.chunk_idx = None
         self.prefill_graphs: dict[int, torch.cuda.CUDAGraph] = {}   # padded prompt length T -> prefill graph
@@ -359,7 +359,7 @@ class SpeculativeEngine:
             st.h_ids = {q: torch.zeros(B, q, dtype=torch.long, pin_memory=True) for q in st.ids}
         if self.use_graph:
             if self.compile and self._compiled is None and self.compile_error is None:
-                import torch._dynamo.config as dcfg
+                import torch._dynamo.config as dcfg  # deferred: only a compiled engine sets dynamo's options
                 # one compiled forward serves every (B, q): dynamo marks the changing sizes dynamic
                 for name in ("recompile_limit", "cache_size_limit"):
                     if hasattr(dcfg, name):
@@ -380,10 +380,15 @@ class SpeculativeEngine:
         self._states[B] = st
         return st
 
+    def _plain_graph_step(self, st: _BatchState) -> tuple:
+        """The plain step's ``(q, step)``: one token forwarded, so q = 1; the cost curve is relative to it."""
+        return 1, lambda: self._plain_step(st)
+
     def _graph_steps(self, st: _BatchState) -> list:
-        """``(key, step)`` of each graph to capture: the plain step (key 0) and a verify per k (key k + 1)."""
-        return [(0, lambda: self._plain_step(st))] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
-                                                      for k in self.ks]
+        """``(q, step)`` of each graph to capture, keyed like ``ids`` and ``graph_ms`` by the tokens one replay
+        forwards: the plain step (q = 1) and a verify per k (q = k + 1; ks are >= 1, so no key is shared)."""
+        return [self._plain_graph_step(st)] + [(k + 1, (lambda q: lambda: self._verify_step(st, q))(k + 1))
+                                               for k in self.ks]
 
     def _capture_all(self, st: _BatchState):
         """Capture the plain step and one verify graph per k, before any prefill (warm-up writes the
@@ -392,11 +397,11 @@ class SpeculativeEngine:
             st.cache.pos.zero_()
             st.chunk_idx.zero_()
 
-        for key, fn in self._graph_steps(st):   # two warm-up runs each: compile, load kernels
-            st.graphs[key], _ = graphs.capture(fn, reset=reset)
+        for q, fn in self._graph_steps(st):   # two warm-up runs each: compile, load kernels
+            st.graphs[q], _ = graphs.capture(fn, reset=reset)
 
         # the verify-cost curve of this model and batch, for adaptive k
-        times = {max(key, 1): _median_replay_ms(g, reset) for key, g in st.graphs.items()}
+        times = {q: _median_replay_ms(g, reset) for q, g in st.graphs.items()}
         st.graph_ms = times
         if not self._cost_given:
             st.cost = {q: t / times[1] for q, t in times.items()}
@@ -548,9 +553,11 @@ class SpeculativeEngine:
         cuda = self.device.type == "cuda"
         st = self._state(B)
         on_device = self._uses_rounds(sampler)
-        k_next = k if k is not None else self.k_max
+        # k: draft tokens per round. k_planned is the next round's (adaptive k re-plans it after each round);
+        # k_round this round's, 0 when there is nothing to draft (a plain step); a verify forward scores k_round + 1.
+        k_planned = k if k is not None else self.k_max
         if on_device:
-            self._ensure_rounds(st, k_next)
+            self._ensure_rounds(st, k_planned)
         stats = SpecStats(k_max=self.k_max, accept_hist=[0] * (self.k_max + 1), device_rounds=on_device)
         alpha = 0.5   # running chance that a drafted token is accepted (adaptive k)
         if cuda:
@@ -566,28 +573,28 @@ class SpeculativeEngine:
         pos = np.array(lens, dtype=np.int64)               # next free cache slot of each row
         done = np.array([max_new_tokens == 1 or f in eos for f in first])
 
-        def propose(contexts, kk):
+        def propose(contexts, n):
             if sampler is None:
-                return self.drafter.propose(contexts, kk), None
-            return self.drafter.propose_sampled(contexts, kk, sampler, gen)
+                return self.drafter.propose(contexts, n), None
+            return self.drafter.propose_sampled(contexts, n, sampler, gen)
 
         if on_device and not done.all():
-            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos, k_next, stats)
+            out = self._decode_rounds(st, rows, first, done, max_new_tokens, eos, k_planned, stats)
         while not on_device and not done.all():
             active = np.flatnonzero(~done)
             room = min(max_new_tokens - len(out[b]) for b in active)   # tokens the tightest row may still take
-            kk = k_next
-            if kk > 0:
+            k_round = k_planned
+            if k_round > 0:
                 t = time.perf_counter()
-                drafts, qs = propose([ctx[b] for b in active], kk)
+                drafts, qs = propose([ctx[b] for b in active], k_round)
                 stats.draft_s += time.perf_counter() - t
                 drafts = [d[:max_new_tokens - len(out[b]) - 1] for d, b in zip(drafts, active)]
                 qs = [None] * len(drafts) if qs is None else [None if q is None else q[:len(d)]
                                                               for q, d in zip(qs, drafts)]
                 if not any(drafts):
-                    kk = 0
-            stats.k_trace.append(kk)
-            if kk == 0:
+                    k_round = 0
+            stats.k_trace.append(k_round)
+            if k_round == 0:
                 m = min(self.plain_chunk, room)
                 start_ctx = [list(ctx[b]) for b in active] if self.adaptive else None
                 t = time.perf_counter()
@@ -607,9 +614,9 @@ class SpeculativeEngine:
                     guess, _ = propose(start_ctx, m)
                     stats.draft_s += time.perf_counter() - t
                     alpha = self._update_alpha(alpha, guess, [new[b][:m] for b in active])
-                    k_next = self._choose_k(alpha, st.cost)
+                    k_planned = self._choose_k(alpha, st.cost)
                 continue
-            q = kk + 1
+            q = k_round + 1
             t = time.perf_counter()
             tok = np.empty((B, q), dtype=np.int64)
             for b in range(B):
@@ -640,7 +647,7 @@ class SpeculativeEngine:
             stats.accepted += acc
             if self.adaptive:
                 alpha = self._update_alpha(alpha, drafts, [em[:len(d)] for d, (em, _) in zip(drafts, kept)])
-                k_next = self._choose_k(alpha, st.cost)
+                k_planned = self._choose_k(alpha, st.cost)
         if cuda:
             torch.cuda.synchronize()
         stats.total_s = time.perf_counter() - t0
@@ -798,7 +805,7 @@ class SpeculativeEngine:
         st.chunk_idx.zero_()
         for _ in range(m):
             if st.graphs:
-                st.graphs[0].replay()
+                st.graphs[1].replay()
             else:
                 self._plain_step(st)
         return st.chunk.cpu().numpy()

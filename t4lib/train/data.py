@@ -70,7 +70,7 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
     each trace with :func:`schema.certify_trace` against its answer. A pair whose tokens
     (prompt + completion + EOS) exceed ``max_length`` is rejected (TRL would truncate it).
     """
-    from datasets import Dataset
+    from datasets import Dataset  # optional: datasets (the train extra)
 
     _check_on_error(on_error)
     if not isinstance(max_length, int) or max_length < 8:
@@ -147,9 +147,9 @@ def replay_dataset(n: int, seed: int = 0, source: str = "math_train"):
     ``source``: ``math_train`` (problems of ``math_train.jsonl`` that no trace of ``traces.jsonl`` uses, for the
     models of the committed corpus) or ``procedural`` (fresh training-split problems of the procedural
     generator, for the models trained on it)."""
-    import random
+    import random  # deferred: light stdlib, only needed here
 
-    from datasets import Dataset
+    from datasets import Dataset  # optional: datasets (the train extra)
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
@@ -174,7 +174,7 @@ def with_replay(traces, n: int, seed: int = 0, source: str = "math_train"):
     (:func:`replay_dataset`); ``n`` = 0 gives ``traces`` unchanged. The Trainer shuffles them together."""
     if n == 0:
         return traces
-    from datasets import concatenate_datasets
+    from datasets import concatenate_datasets  # optional: datasets (the train extra)
 
     return concatenate_datasets([traces.select_columns(list(REQUIRED_COLUMNS)), replay_dataset(n, seed, source)])
 

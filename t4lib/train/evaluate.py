@@ -73,7 +73,7 @@ def _external_records(source: str, split: str) -> list[dict]:
             raise FileNotFoundError(f"source {source!r} is not a file")
         rows = corpus.load_jsonl(p.name, root=p.parent)
     else:
-        from datasets import load_dataset
+        from datasets import load_dataset  # optional: datasets (the train extra), only for hub sources
         rows = list(load_dataset(source, split=split))
     if not rows:
         raise ValueError(f"source {source!r} has no rows")
@@ -131,7 +131,7 @@ def _math_verify_timeout() -> int | None:
 
 def _mv_parse(text: str) -> list:
     """``math_verify.parse`` of ``text``, or [] where it is not :func:`math_verify_safe` or does not parse."""
-    from math_verify import parse
+    from math_verify import parse  # optional: math-verify (the train extra)
 
     if not text or not math_verify_safe(text):
         return []
@@ -154,7 +154,7 @@ def parse_gold(answer) -> tuple:
 def is_correct(gold: tuple, pred: str | None) -> bool:
     """``gold`` from :func:`parse_gold`; ``pred`` the predicted answer text (None: no answer). Never raises on
     text: what parses neither as a rational nor (bounded) by math-verify is not correct."""
-    from math_verify import verify
+    from math_verify import verify  # optional: math-verify (the train extra)
 
     if pred is None or not str(pred).strip():
         return False
@@ -201,7 +201,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch
     out: list[str | None] = [None] * len(prompts)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
         bar = tqdm(total=len(prompts), desc="generate", leave=False)
     was_training = model.training
     # Prompts sorted by length (a ragged batch pads each row to its longest prompt) and batches padded

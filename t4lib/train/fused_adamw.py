@@ -233,7 +233,7 @@ def _step_fn(model, opt, ids, scaler=None):
 
 def _time_steps(step, warmup: int, steps: int) -> tuple[float, float]:
     """(median seconds per step, last loss) of ``steps`` timed steps after ``warmup``."""
-    import time
+    import time  # deferred: light stdlib, only needed here
 
     for _ in range(warmup):
         step()
@@ -285,7 +285,7 @@ def compare_step_time(model_id: str = "tiny-gpu", *, batch: int = 16, seq: int =
 
 def write_step_time(out_dir, model_id: str = "tiny-gpu", **kw):
     """Run :func:`compare_step_time` on the GPU and write ``fused_adamw_step.json`` under ``out_dir``."""
-    from pathlib import Path
+    from pathlib import Path  # deferred: light stdlib, only needed here
 
     r = compare_step_time(model_id, **kw)
     env = results.environment()

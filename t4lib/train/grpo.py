@@ -90,7 +90,7 @@ def grpo_dataset(n_math: int = 300, seed: int = 0, honesty: str | tuple | list =
     part of their pretraining corpus, and ``tiny-gpu`` answers all of it right (every trap abstained on,
     every twin solved: :func:`base_on_honesty_sets`), so GRPO on it meets groups of equal rewards and learns
     nothing about abstaining."""
-    from datasets import Dataset
+    from datasets import Dataset  # optional: datasets (the train extra)
 
     if not isinstance(n_math, int) or n_math < 0:
         raise ValueError(f"n_math must be a non-negative int, got {n_math!r}")
@@ -222,7 +222,7 @@ class FormatReward:
 def checkpointing(config_cls, on: bool) -> dict:
     """The config keyword that sets activation (gradient) checkpointing: transformers 5.x renames
     ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name warns); TRL's default is on."""
-    from dataclasses import fields
+    from dataclasses import fields  # deferred: light stdlib, only needed here
 
     names = {f.name for f in fields(config_cls)}
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": bool(on)}
@@ -243,7 +243,7 @@ def _sync(dev):
 
 
 def _trl_grpo_trainer():
-    from trl import GRPOTrainer
+    from trl import GRPOTrainer  # optional: trl (the train extra)
     return GRPOTrainer
 
 
@@ -436,8 +436,8 @@ def run_grpo(model_id: str = "tiny-cpu", arm: str = "cp_hybrid", seed: int = 0, 
              honesty: str | list = "honesty_rl.jsonl") -> dict:
     """One GRPO run of ``arm`` on ``model_id``; returns config, curves (TRL's log history), timing split,
     GPU memory and the honesty evaluation before and after."""
-    from transformers import set_seed
-    from trl import GRPOConfig
+    from transformers import set_seed  # optional: transformers (the train extra)
+    from trl import GRPOConfig  # optional: trl (the train extra)
 
     check_run_args(arm=arm, steps=steps, num_generations=num_generations, prompts_per_step=prompts_per_step,
                    max_completion_length=max_completion_length, learning_rate=learning_rate,
@@ -496,9 +496,9 @@ def step_time_bench(steps: int = 3, completions: int = 64, num_generations: int 
     ``GRPOTrainer`` with its default rollouts (Hugging Face ``generate``) vs :class:`EngineGRPOTrainer`
     (fp16 rollout copy, LoRA merged in at each refresh, one engine batch of equal-length prompts), in the
     same process. The first step (compilation, graph capture) is reported apart; the median of the rest."""
-    from datasets import Dataset
-    from peft import LoraConfig, get_peft_model
-    from trl import GRPOConfig, GRPOTrainer
+    from datasets import Dataset  # optional: datasets (the train extra)
+    from peft import LoraConfig, get_peft_model  # optional: peft (the train extra)
+    from trl import GRPOConfig, GRPOTrainer  # optional: trl (the train extra)
 
     tok = load_tokenizer()
     prompt = schema.math_prompt("Sam had 47 cups and then found 29 more. How many cups does Sam have now?")
@@ -643,9 +643,9 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
             step_steps: int = 3, honesty=("honesty_rl.jsonl",)) -> dict:
     """Every arm x seed as parallel processes on one GPU, then (alone on the GPU) the drift table, the rollout
     speed and the step-time comparison; writes ``out`` (t4lib.core.results) and returns its summary."""
-    import os
-    import subprocess
-    from pathlib import Path
+    import os  # deferred: light stdlib, only needed here
+    import subprocess  # deferred: light stdlib, only needed here
+    from pathlib import Path  # deferred: light stdlib, only needed here
 
     Path(logs).mkdir(parents=True, exist_ok=True)
     procs = []
@@ -675,7 +675,7 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
             write_results(out, recs, speed, step, drift, model_id, errors=errors)
 
     if benches:
-        import traceback
+        import traceback  # deferred: light stdlib, only needed here
 
         def attempt(name, fn):
             t0 = time.perf_counter()

@@ -248,7 +248,7 @@ def sample_groups(engine, prompt_ids: list[list[int]], num_generations: int, max
 def qwen15_shape_model(device="cuda", dtype=torch.float16, num_hidden_layers: int = 28):
     """A Qwen2.5-1.5B-shaped Qwen2 model (:data:`t4lib.models.shapes.QWEN25_15B`) with random
     weights (no hub needed)."""
-    from transformers import AutoModelForCausalLM, Qwen2Config
+    from transformers import AutoModelForCausalLM, Qwen2Config  # optional: transformers (the train extra)
 
     cfg = Qwen2Config(**dict(QWEN25_15B, num_hidden_layers=num_hidden_layers, eos_token_id=151643,
                              pad_token_id=151643, bos_token_id=151643))
@@ -334,7 +334,7 @@ def drift_table(model, tokenizer, precisions: dict, n_docs: int = 64, n_math: in
 def _decode_logits(rm: "RolloutModel", ids: torch.Tensor) -> torch.Tensor:
     """Logits of every position computed one token at a time (the decode phase's precision) with a
     dynamic cache."""
-    from transformers import DynamicCache
+    from transformers import DynamicCache  # optional: transformers (the train extra)
 
     cache, outs = DynamicCache(), []
     for t in range(ids.shape[1]):

@@ -58,7 +58,7 @@ def load_base(model_id: str, base: str = "fp16", device=None):
     """``(model, tokenizer)``: ``base="fp16"`` the checkpoint in fp16; ``"w4a16"`` its Linear
     layers (lm_head excepted) quantized to W4A16 (RTN, group 128); ``"fp32"`` for full fine-tuning
     or CPU."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
 
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
@@ -73,9 +73,9 @@ def lora_config(model, *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
     """A ``peft.LoraConfig`` on ``targets``, with QuantLinear registered as a LoRA-able layer.
 
     ValueError naming any target that matches no Linear/QuantLinear module of ``model``."""
-    from peft import LoraConfig
-    from peft.tuners.lora.layer import Linear as LoraLinear
-    from torch import nn
+    from peft import LoraConfig  # optional: peft (the train extra)
+    from peft.tuners.lora.layer import Linear as LoraLinear  # optional: peft (the train extra)
+    from torch import nn  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
 
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"r must be a positive int, got {r!r}")
@@ -175,7 +175,7 @@ def is_power_of_two(x) -> bool:
 def trainer_setting(extra: dict, name: str):
     """An SFTConfig setting of a run whose ``SFTSettings.extra`` is ``extra``: ``extra[name]``, else SFTConfig's
     default."""
-    from trl import SFTConfig
+    from trl import SFTConfig  # optional: trl (the train extra)
 
     return extra.get(name, next(f.default for f in fields(SFTConfig) if f.name == name))
 
@@ -196,7 +196,7 @@ def adam_betas(s: SFTSettings) -> tuple[float, float]:
 
 
 def sft_config(s: SFTSettings, output_dir: str, device_type: str):
-    from trl import SFTConfig
+    from trl import SFTConfig  # optional: trl (the train extra)
 
     cuda = device_type == "cuda"
     static = s.loss_scale is not None
@@ -241,16 +241,16 @@ def prepare(model, s: SFTSettings, tokenizer=None):
             replace_linears(model, names=tuple(s.targets), lr=s.lr, weight_decay=s.weight_decay, eps=adam_eps(s),
                             betas=adam_betas(s))
         return model
-    from peft import get_peft_model
+    from peft import get_peft_model  # optional: peft (the train extra)
     return get_peft_model(model, lora_config(model, r=s.r, alpha=s.alpha, targets=tuple(s.targets)))
 
 
 def make_trainer(model, tokenizer, dataset, s: SFTSettings, output_dir: str):
     """An ``SFTTrainer`` for ``model`` (already :func:`prepare`-d) on a prompt/completion data set."""
-    from trl import SFTTrainer
+    from trl import SFTTrainer  # optional: trl (the train extra)
 
     check_prompt_completion(dataset)
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
     dev = next(model.parameters()).device.type
     torch.manual_seed(s.seed)
     keep = [c for c in dataset.column_names if c in ("prompt", "completion")]
@@ -267,8 +267,8 @@ def _static_loss_scale_trainer(loss_scale: float):
     (one host sync): an fp16 overflow in the previous backward has written inf/NaN into the weights by then, since
     neither the fused layers nor a static scale can skip a step. :func:`train` checks the weights after the last
     step."""
-    import torch
-    from trl import SFTTrainer
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
+    from trl import SFTTrainer  # optional: trl (the train extra)
 
     class ScaleInBackward(torch.autograd.Function):
         @staticmethod
@@ -300,7 +300,7 @@ def _static_loss_scale_trainer(loss_scale: float):
 
 
 def _nonfinite_weights(model) -> list[str]:
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
 
     return [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
 
@@ -327,8 +327,8 @@ def _fused_layers_follow_schedule():
     takes in that step (the fused update runs inside backward, before the scheduler moves on). A rate of exactly
     0 (the first warm-up step) is given as the smallest positive fp32: the moments advance as torch.optim.AdamW's
     would and a weight moves by at most that much."""
-    import torch
-    from transformers import TrainerCallback
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
+    from transformers import TrainerCallback  # optional: transformers (the train extra)
 
     class FusedLayersFollowSchedule(TrainerCallback):
         def on_step_begin(self, args, state, control, model=None, lr_scheduler=None, **kw):
@@ -342,7 +342,7 @@ def _fused_layers_follow_schedule():
 
 def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResult:
     """Run SFT (progress bar from the Trainer) and return the model and its loss curve."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
 
     torch.manual_seed(s.seed)
     model = prepare(model, s, tokenizer)
@@ -450,7 +450,7 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
     fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer. ``replay``:
     that many plain-format problems (:func:`t4lib.train.data.replay_dataset`, from ``replay_source``) mixed into
     the traces. ``keep_rows``: the after-SFT evaluation keeps every output (:func:`evaluate_sets`)."""
-    import torch
+    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
 
     s = settings or SFTSettings()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -485,7 +485,7 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
 
 
 def main(argv=None):
-    import argparse
+    import argparse  # deferred: light stdlib, only the CLI needs it
 
     ap = argparse.ArgumentParser(description="SFT of a local model on the certified traces (TRL + PEFT)")
     ap.add_argument("--model", default="tiny-gpu")
@@ -555,7 +555,7 @@ def main(argv=None):
         ap.error(str(e))
     sets = a.eval_sets
     if a.eval_only:
-        import torch
+        import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
         model, tok = load_base(a.model, a.base, device="cuda" if torch.cuda.is_available() else "cpu")
         rec = dict(model=a.model, base=a.base, before={fmt: evaluate_sets(model, tok, sets, fmt, n=a.eval_n)
                                                        for fmt in ("plain", "tags")})
@@ -611,7 +611,7 @@ def compare_curves(reference: list[list], candidate: list[list], skip: int = 0) 
     run-to-run spread of the reference? Per logged step (after ``skip`` points): the reference band
     [min, max] over seeds; ``frac_candidate_mean_in_band`` (fraction of steps where the candidate's
     seed-mean lies in it), ``max_abs_mean_gap`` and ``median_band_width``."""
-    import statistics
+    import statistics  # deferred: light stdlib, only needed here
 
     if len(reference) < 2 or not candidate:
         raise ValueError("compare_curves needs at least two reference seeds and one candidate seed")

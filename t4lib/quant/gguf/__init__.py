@@ -31,7 +31,7 @@ class GGUFError(ValueError):
 
 def _gguf():
     try:
-        import gguf
+        import gguf  # optional: gguf (the gguf extra)
     except ImportError as e:  # pragma: no cover - the gguf extra is a declared dependency
         raise ImportError("reading GGUF files needs the 'gguf' package: pip install 't4lib[gguf]'") from e
     return gguf
