@@ -3,7 +3,7 @@ evaluates it (``open_eval.evaluate``: the validation and test splits, greedy, th
 fp32), here on the CPU, against the counts its training record holds from the GPU it was trained on. Where they
 agree, a device call can stop after training and send back the weights, and the arm is judged here.
 
-Writes cpu_eval.json beside this file. Usage (about three minutes on two cores):
+Writes cpu_eval.json beside this file. Usage (about six and a half minutes on two cores):
 python labs/small_gpu_recipe/cpu_eval.py
 """
 import json
@@ -28,9 +28,8 @@ def main() -> None:
     rows = {}
     for split in ("validation", "test"):
         for key in KEYS:
-            gpu = record["eval"][split].get(key)
-            here = cpu[split][key]
-            rows[f"{split}/{key}"] = dict(cpu=[here["k"], here["n"]], gpu=[gpu["k"], gpu["n"]] if gpu else None)
+            gpu, here = record["eval"][split][key], cpu[split][key]
+            rows[f"{split}/{key}"] = dict(cpu=[here["k"], here["n"]], gpu=[gpu["k"], gpu["n"]])
     # the validation copy set was enlarged after training: the record's GPU count covers its first 55 long outputs
     doc = dict(results.lab_record("python labs/small_gpu_recipe/cpu_eval.py"), seconds=round(time.time() - t, 1),
                settings=dict(model="small-gpu", dtype="float32", decoding="greedy", device="cpu"),
@@ -38,7 +37,7 @@ def main() -> None:
                counts=rows, copy_by_kind={s: cpu[s]["copy_by_kind"] for s in cpu},
                tokenizer_sha256=corpus.sha256("tokenizer_open/tokenizer.json"))
     out = Path(__file__).with_name("cpu_eval.json")
-    results.atomic_write_text(out, json.dumps(doc, indent=1) + "\n")
+    results.write_json(out, doc)
     for k, v in rows.items():
         print(f"{k:40s} cpu {v['cpu']}  gpu {v['gpu']}")
     print("->", out)
