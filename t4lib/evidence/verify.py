@@ -31,12 +31,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
 
-from t4lib.core import build, hw, results
-from t4lib.evidence import kat
-from t4lib.core.provenance import (
-    GPU_MARKER, REPO, combined_hash, git_commit, gpu_test_files, ledger_sources, source_hashes,
-)
+import torch
+
 from t4lib.benchmarks import int4_dequant as int4_bench
+from t4lib.core import build, hw, results
+from t4lib.core.provenance import (GPU_MARKER, REPO, combined_hash, git_commit, gpu_test_files, ledger_sources,
+                                   source_hashes)
+from t4lib.evidence import kat
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 
@@ -258,8 +259,6 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     sanitizers only the (tool, file) pairs that did not finish clean (with
     ``sanitize_families``: those families' files only, added to the ones the
     entry already covers)."""
-    import torch  # deferred: torch already loads at import (via t4lib.evidence.kat)
-
     xdist = _xdist_args(jobs)   # a bad jobs fails here, before any build
     if not torch.cuda.is_available():
         raise RuntimeError("t4lib verify needs a CUDA GPU; CI relies on the committed ledger instead")
