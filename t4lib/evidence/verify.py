@@ -46,15 +46,16 @@ SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 # built for compute_75 only (sm_75 machine code plus compute_75 PTX); on anything newer than a T4
 # the driver JIT-compiles the PTX, so the sm_75 machine code itself has not run, and launch
 # choices that depend on the SM count (split-K, grid caps) take other paths than on a T4's 40 SMs.
+def _jit_path(gpu: str) -> str:
+    return (f"the compute_75 PTX JIT-compiled by the driver on an {gpu} (sm_90, 132 SMs); the sm_75 machine code "
+            "itself has not run, and SM-count-dependent split choices take other paths on a T4's 40 SMs")
+
+
 ACCEPTED_DEVICES = {
     "Tesla T4": ((7, 5), "the sm_75 machine code on a T4"),
-    "NVIDIA H200": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H200 (sm_90, 132 SMs); "
-                            "the sm_75 machine code itself has not run, and SM-count-dependent split "
-                            "choices take other paths on a T4's 40 SMs"),
+    "NVIDIA H200": ((9, 0), _jit_path("H200")),
     # the same JIT path on the same 132 SMs as the H200, with less and slower memory; lent more readily
-    "NVIDIA H100 80GB HBM3": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H100 (sm_90, 132 SMs); "
-                                      "the sm_75 machine code itself has not run, and SM-count-dependent split "
-                                      "choices take other paths on a T4's 40 SMs"),
+    "NVIDIA H100 80GB HBM3": ((9, 0), _jit_path("H100")),
 }
 
 
