@@ -562,6 +562,12 @@ def load_preset(preset: str, **kw):
     return load(str(path), **kw)
 
 
+def _without_examples(res: dict) -> dict:
+    """An evaluation result as printed: per-example lists dropped, one level deep for split results."""
+    return {k: _without_examples(v) if k in ("validation", "test") else v
+            for k, v in res.items() if not k.endswith("_examples")}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m t4lib.models.tiny", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -596,8 +602,13 @@ def main(argv=None):
         path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
         model, tok = load(path, dtype=torch.float32, device=device)
         t_eval = time.time()
-        res = evaluate(model, tok, get_preset(a.preset), device)
-        print(json.dumps({k: v for k, v in res.items() if k != "math_examples"}, indent=2))
+        preset = get_preset(a.preset)
+        if preset.corpus == "procedural":  # as training evaluates it: the validation and test splits
+            res = {split: open_eval.evaluate(model, tok, split, device, n=preset.eval_n)
+                   for split in ("validation", "test")}
+        else:
+            res = evaluate(model, tok, preset, device)
+        print(json.dumps(_without_examples(res), indent=2))
         rec_path = Path(path) / "training_record.json"
         if a.write_record:
             if not rec_path.is_file():
