@@ -173,8 +173,16 @@ def test_preset_overrides():
     assert tiny.override_preset(p, {"hidden_size": "64"}).hidden_size == 64   # an architecture arm
     with pytest.raises(ValueError, match="'name' is not a field"):
         tiny.override_preset(p, {"name": "other"})
-    with pytest.raises(ValueError, match="lr='fast'"):
+    with pytest.raises(ValueError, match="lr='fast': expected a float"):
         tiny.override_preset(p, {"lr": "fast"})
+    with pytest.raises(ValueError, match="seed='abc': expected an int"):   # a corpus seed that is not an int
+        tiny.override_preset(p, {"seed": "abc"})
+    # every field type parses: text, a switch, and an optional count set back to None
+    q = tiny.override_preset(p, {"tokenizer": "tokenizer_open", "compile": "true", "eval_n": "12"})
+    assert (q.tokenizer, q.compile, q.eval_n) == ("tokenizer_open", True, 12)
+    assert tiny.override_preset(q, {"compile": "no", "eval_n": "none"}).eval_n is None
+    with pytest.raises(ValueError, match="compile='maybe': expected true or false"):
+        tiny.override_preset(p, {"compile": "maybe"})
     with pytest.raises(SystemExit):
         tiny.main(["train", "--preset", "micro", "--set", "steps"])
 

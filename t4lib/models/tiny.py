@@ -320,12 +320,29 @@ def override_preset(p: Preset, overrides: dict | None) -> Preset:
         if key not in kinds or key in fixed:
             raise ValueError(f"override {key!r} is not a field of a preset; allowed: "
                              f"{sorted(set(kinds) - fixed)}")
-        cast = float if "float" in str(kinds[key]) else int
-        try:
-            new[key] = cast(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"override {key}={value!r}: expected a {cast.__name__}") from None
+        new[key] = _parse_field(key, value, str(kinds[key]))
     return replace(p, **new)
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _parse_field(key: str, value: str, kind: str):
+    """``value`` (command-line text) as the preset field's type: int, float, str or bool; ``none`` for a
+    field that may be None. A value that does not parse raises a ValueError naming the field."""
+    if "None" in kind and value.lower() == "none":
+        return None
+    if kind.startswith("str"):
+        return value
+    if kind.startswith("bool"):
+        if value.lower() not in _BOOLS:
+            raise ValueError(f"override {key}={value!r}: expected true or false")
+        return _BOOLS[value.lower()]
+    cast, article = (float, "a float") if kind.startswith("float") else (int, "an int")
+    try:
+        return cast(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"override {key}={value!r}: expected {article}") from None
 
 
 def train(preset: str | Preset, out=None, *, steps: int | None = None, device: str | None = None,
