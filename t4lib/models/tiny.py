@@ -598,7 +598,8 @@ def main(argv=None):
     tr.add_argument("--no-eval", action="store_true")
     ev = sub.add_parser("eval", help="evaluate a saved model and print the metrics")
     ev.add_argument("--model", required=True, help="path or preset name")
-    ev.add_argument("--preset", default="tiny-cpu", help="preset whose eval sizes to use")
+    ev.add_argument("--preset", default=None,
+                    help="preset whose evaluation to run (default: --model when it names a preset, else tiny-cpu)")
     ev.add_argument("--device", default=None)
     ev.add_argument("--write-record", action="store_true",
                     help="store the result as 'eval' in the model directory's training_record.json")
@@ -619,7 +620,7 @@ def main(argv=None):
         path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
         model, tok = load(path, dtype=torch.float32, device=device)
         t_eval = time.time()
-        preset = get_preset(a.preset)
+        preset = get_preset(a.preset or (a.model if a.model in PRESETS else "tiny-cpu"))
         if preset.corpus == "procedural":  # as training evaluates it: the validation and test splits
             res = {split: open_eval.evaluate(model, tok, split, device, n=preset.eval_n)
                    for split in ("validation", "test")}
@@ -633,7 +634,7 @@ def main(argv=None):
             rec = json.loads(rec_path.read_text())
             rec.update(eval=res, eval_seconds=round(time.time() - t_eval, 1),
                        eval_weights="the saved fp16 checkpoint, computed in fp32",
-                       eval_command=f"python -m t4lib.models.tiny eval --model {a.model} --preset {a.preset}")
+                       eval_command=f"python -m t4lib.models.tiny eval --model {a.model} --preset {preset.name}")
             results.write_json(rec_path, rec, indent=2)
             print(f"updated {rec_path}")
 
