@@ -104,6 +104,22 @@ def test_micro_training_writes_checkpoint_record_plot(tmp_path):
     assert g.shape[1] == enc["input_ids"].shape[1] + 3 or t.eos_token_id in g[0].tolist()
 
 
+def test_eval_cli_judges_a_procedural_preset_on_both_splits(tmp_path, capsys):
+    """``tiny eval`` on a procedural-corpus preset evaluates as training does: the validation and test
+    splits of the held-out sets, stored under those names by --write-record (not the older format)."""
+    out = tmp_path / "m"
+    tiny.train("micro-open", out, device="cpu", progress=False, evaluate_after=False)
+    capsys.readouterr()
+    tiny.main(["eval", "--model", str(out), "--preset", "micro-open", "--device", "cpu", "--write-record"])
+    printed = json.loads(capsys.readouterr().out.split("\nupdated ")[0])
+    assert set(printed) == {"validation", "test"}
+    assert not any(k.endswith("_examples") for k in printed["test"])
+    saved = json.loads((out / "training_record.json").read_text())["eval"]
+    for split in ("validation", "test"):
+        for k in ("math_1step_exact", "copy_exact_match", "trap_abstention"):
+            assert 0.0 <= saved[split][k]["rate"] <= 1.0, (split, k)
+
+
 def test_training_is_deterministic(tmp_path):
     """Same preset, same seed: the same losses and bit-identical weights (what lets a
     committed checkpoint be rebuilt from its recipe)."""
@@ -157,8 +173,16 @@ def test_preset_overrides():
     assert tiny.override_preset(p, {"hidden_size": "64"}).hidden_size == 64   # an architecture arm
     with pytest.raises(ValueError, match="'name' is not a field"):
         tiny.override_preset(p, {"name": "other"})
-    with pytest.raises(ValueError, match="lr='fast'"):
+    with pytest.raises(ValueError, match="lr='fast': expected a float"):
         tiny.override_preset(p, {"lr": "fast"})
+    with pytest.raises(ValueError, match="seed='abc': expected an int"):   # a corpus seed that is not an int
+        tiny.override_preset(p, {"seed": "abc"})
+    # every field type parses: text, a switch, and an optional count set back to None
+    q = tiny.override_preset(p, {"tokenizer": "tokenizer_open", "compile": "true", "eval_n": "12"})
+    assert (q.tokenizer, q.compile, q.eval_n) == ("tokenizer_open", True, 12)
+    assert tiny.override_preset(q, {"compile": "no", "eval_n": "none"}).eval_n is None
+    with pytest.raises(ValueError, match="compile='maybe': expected true or false"):
+        tiny.override_preset(p, {"compile": "maybe"})
     with pytest.raises(SystemExit):
         tiny.main(["train", "--preset", "micro", "--set", "steps"])
 

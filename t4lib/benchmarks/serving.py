@@ -10,18 +10,18 @@ rows go through ``ops.w4a16.matmul``'s small-M GEMM).
 """
 from __future__ import annotations
 
+import argparse
 import traceback
 from pathlib import Path
 
 import torch
 
 from t4lib.benchmarks import out_folder, print_figures
-from t4lib.core import timing, hw, results
+from t4lib.core import hw, results, timing
+from t4lib.models.shapes import QWEN25_05B, QWEN25_7B, QWEN25_15B
 from t4lib.quant import quantize_model, set_activations, weight_bytes
 from t4lib.serving.engine import StaticEngine, hf_generate
 from t4lib.serving.fuse import fuse_projections, unfuse_projections
-
-from t4lib.models.shapes import QWEN25_05B, QWEN25_7B, QWEN25_15B
 
 SOURCE = "t4lib.benchmarks.serving"
 QWEN05 = QWEN25_05B
@@ -246,8 +246,6 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True, serve_ba
 
 
 def main(argv=None) -> int:
-    import argparse  # deferred: light stdlib, only the CLI needs it
-
     p = argparse.ArgumentParser(prog="python3 -m t4lib.benchmarks.serving")
     p.add_argument("--out", default=None, help="results folder (default results/<device-slug>)")
     p.add_argument("--sections", nargs="+", default=["serving", "serve_batch"], choices=["serving", "serve_batch"])

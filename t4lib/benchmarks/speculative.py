@@ -31,16 +31,17 @@ import time
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
-from t4lib.core import graphs, results
-from t4lib.benchmarks.serving import build_random_model
-from t4lib.models.shapes import QWEN25_05B, QWEN25_7B
-from t4lib.speculative.drafters import DraftModelDrafter, PromptLookupDrafter
-from t4lib.speculative.engine import SpeculativeEngine
 from t4lib import models
+from t4lib.benchmarks.serving import build_random_model
+from t4lib.core import graphs, results
 from t4lib.models import corpus, schema
+from t4lib.models.shapes import QWEN25_05B, QWEN25_7B
 from t4lib.serving import StaticEngine
 from t4lib.speculative.cache import RowStaticCache
+from t4lib.speculative.drafters import DraftModelDrafter, PromptLookupDrafter
+from t4lib.speculative.engine import SpeculativeEngine
 
 SOURCE = "t4lib/benchmarks/speculative.py"
 EOS = 0
@@ -257,7 +258,6 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         raise ValueError(f"prompt_set must be 'project' or 'open', got {prompt_set!r}")
     if hf_prompts is not None and (not isinstance(hf_prompts, int) or isinstance(hf_prompts, bool) or hf_prompts < 1):
         raise ValueError(f"hf_prompts must be a positive int or None, got {hf_prompts!r}")
-    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -20,6 +20,7 @@ when one quantized x feeds several projections. Entry point:
 """
 from __future__ import annotations
 
+import argparse
 import traceback
 from pathlib import Path
 
@@ -27,12 +28,11 @@ import torch
 import torch.nn.functional as F
 
 from t4lib.benchmarks import out_folder, print_figures
-from t4lib.core import timing, results
-from t4lib.ops.int8_activations import empty_blocks
-from t4lib.ops.w4a16 import GEMV_MAX_M, MMA_MAX_M, binding, gemm, gemv, mma
-from t4lib.ops.w4a16.format import QuantizedWeight
+from t4lib.core import results, timing
 from t4lib.ops.int4 import int4_dequant
-from t4lib.ops.w4a16 import matmul_kernel
+from t4lib.ops.int8_activations import empty_blocks
+from t4lib.ops.w4a16 import GEMV_MAX_M, MMA_MAX_M, binding, gemm, gemv, matmul_kernel, mma
+from t4lib.ops.w4a16.format import QuantizedWeight
 
 SOURCE = "t4lib.benchmarks.w4a16"
 GEMV_SHAPES = [(5120, 17408), (17408, 5120), (5120, 10240), (896, 4864), (4864, 896), (896, 896), (1536, 8960),
@@ -217,8 +217,6 @@ def run(out_dir: str | Path, quick: bool = False, gemv_section: bool = True, gem
 
 
 def main(argv=None) -> int:
-    import argparse  # deferred: light stdlib, only the CLI needs it
-
     p = argparse.ArgumentParser(prog="python3 -m t4lib.benchmarks.w4a16")
     p.add_argument("--out", default=None, help="results folder (default results/<device-slug>)")
     p.add_argument("--sections", nargs="+", default=["gemv", "gemm"], choices=["gemv", "gemm"])

@@ -19,6 +19,7 @@
 """
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -28,6 +29,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable
+
+import torch
 
 from t4lib.core import results
 
@@ -51,8 +54,6 @@ def summarize(xs: list[float]) -> dict[str, float]:
 
 
 def _device_of(device) -> Any:
-    import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
-
     if device is None:
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     return torch.device(device)
@@ -60,8 +61,6 @@ def _device_of(device) -> Any:
 
 def time_calls(fn: Callable[[], Any], reps: int, device=None) -> list[float]:
     """``reps`` latencies in seconds of ``fn()``, synchronizing before each."""
-    import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
-
     dev = _device_of(device)
     out = []
     if dev.type == "cuda":
@@ -91,8 +90,6 @@ def time_alternating(cases: dict[str, Callable[[], Any]], *, warmup: int = WARMU
     **summarize(samples)}}``; ``order`` (the call order, for tests) is kept
     under the key ``"_order"`` of the first case's entry.
     """
-    import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
-
     if not cases:
         raise ValueError("cases must not be empty")
     if warmup < 0 or reps < 1 or rounds < 1:
@@ -129,8 +126,6 @@ class Stopwatch:
         self.seconds = float("nan")
 
     def _sync(self):
-        import torch  # deferred: no top-level torch here (the t4lib.contract package loads it anyway)
-
         dev = _device_of(self.device)
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
@@ -180,8 +175,6 @@ def spawn(target: str, payload: dict, *, timeout: float = 600.0, env: dict | Non
 
 
 def _main(argv: list[str]) -> int:
-    import importlib  # deferred: light stdlib, only the worker entry point needs it
-
     if len(argv) != 3:
         print("usage: python -m t4lib.contract.timing module:function in.json out.json", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]  # the t4lib package
@@ -117,8 +118,6 @@ def build(family: str, force: bool = False) -> Path:
 def build_many(families_: list[str] | None = None, force: bool = False) -> dict[str, Path | BuildError]:
     """Build several families at once (one nvcc process each); per family the
     library's path, or the BuildError that stopped it."""
-    from concurrent.futures import ThreadPoolExecutor  # deferred: light stdlib, only build_many needs it
-
     fams = list(families_ or families())
 
     def one(fam):

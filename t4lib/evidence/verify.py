@@ -31,12 +31,13 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import lru_cache
 from pathlib import Path
 
-from t4lib.core import build, hw, results
-from t4lib.evidence import kat
-from t4lib.core.provenance import (
-    GPU_MARKER, REPO, combined_hash, git_commit, gpu_test_files, ledger_sources, source_hashes,
-)
+import torch
+
 from t4lib.benchmarks import int4_dequant as int4_bench
+from t4lib.core import build, hw, results
+from t4lib.core.provenance import (GPU_MARKER, REPO, combined_hash, git_commit, gpu_test_files, ledger_sources,
+                                   source_hashes)
+from t4lib.evidence import kat
 
 SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 
@@ -45,15 +46,16 @@ SANITIZER_TOOLS = ("memcheck", "racecheck", "synccheck")
 # built for compute_75 only (sm_75 machine code plus compute_75 PTX); on anything newer than a T4
 # the driver JIT-compiles the PTX, so the sm_75 machine code itself has not run, and launch
 # choices that depend on the SM count (split-K, grid caps) take other paths than on a T4's 40 SMs.
+def _jit_path(gpu: str) -> str:
+    return (f"the compute_75 PTX JIT-compiled by the driver on an {gpu} (sm_90, 132 SMs); the sm_75 machine code "
+            "itself has not run, and SM-count-dependent split choices take other paths on a T4's 40 SMs")
+
+
 ACCEPTED_DEVICES = {
     "Tesla T4": ((7, 5), "the sm_75 machine code on a T4"),
-    "NVIDIA H200": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H200 (sm_90, 132 SMs); "
-                            "the sm_75 machine code itself has not run, and SM-count-dependent split "
-                            "choices take other paths on a T4's 40 SMs"),
+    "NVIDIA H200": ((9, 0), _jit_path("H200")),
     # the same JIT path on the same 132 SMs as the H200, with less and slower memory; lent more readily
-    "NVIDIA H100 80GB HBM3": ((9, 0), "the compute_75 PTX JIT-compiled by the driver on an H100 (sm_90, 132 SMs); "
-                                      "the sm_75 machine code itself has not run, and SM-count-dependent split "
-                                      "choices take other paths on a T4's 40 SMs"),
+    "NVIDIA H100 80GB HBM3": ((9, 0), _jit_path("H100")),
 }
 
 
@@ -258,8 +260,6 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
     sanitizers only the (tool, file) pairs that did not finish clean (with
     ``sanitize_families``: those families' files only, added to the ones the
     entry already covers)."""
-    import torch  # deferred: torch already loads at import (via t4lib.evidence.kat)
-
     xdist = _xdist_args(jobs)   # a bad jobs fails here, before any build
     if not torch.cuda.is_available():
         raise RuntimeError("t4lib verify needs a CUDA GPU; CI relies on the committed ledger instead")

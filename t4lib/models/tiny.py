@@ -42,14 +42,18 @@ import json
 import math
 import os
 import platform
+import random
 import sys
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
+from fractions import Fraction
 from pathlib import Path
 
+import torch
+from tqdm.auto import tqdm
+
 from t4lib.core import results
-from t4lib.models import corpus, open_eval, procedural, schema
-from t4lib.models import load, packing
+from t4lib.models import corpus, load, open_eval, packing, procedural, schema
 from t4lib.models.presets import PRESETS, Preset, checkpoint_dir, get_preset, train_command
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,7 +87,6 @@ def model_config(preset: Preset | str, vocab_size: int, eos_id: int, pad_id: int
 
 
 def build_model(preset: Preset | str, tokenizer, seed: int = 0):
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     from transformers import Qwen2ForCausalLM  # optional: transformers (the train extra)
     cfg = model_config(preset, len(tokenizer), tokenizer.eos_token_id, tokenizer.pad_token_id)
     torch.manual_seed(seed)
@@ -101,8 +104,6 @@ def arithmetic_drills(n: int, seed: int = 0) -> list[tuple[str, str]]:
     """``n`` exact arithmetic facts ``("47 + 29 =", " 76")`` in the number
     ranges and forms the word problems use (sums, differences, products,
     exact quotients, percent-of, fraction sums), drawn with ``seed``."""
-    import random  # deferred: light stdlib, only needed here
-    from fractions import Fraction  # deferred: light stdlib, only needed here
     rng = random.Random(seed)
     out = []
     for i in range(n):
@@ -146,7 +147,6 @@ def _batches(docs, seq_len, batch_size, seed):
     """Endless packed batches (ids, weights) ``[batch_size, seq_len + 1]``:
     documents are shuffled per epoch, concatenated and cut into rows; the
     weight of a token is applied to the loss of predicting it."""
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     ids = [torch.tensor(d[0], dtype=torch.long) for d in docs]
     wts = [torch.tensor(d[1], dtype=torch.float32) for d in docs]
     epoch = 0
@@ -167,7 +167,6 @@ def _batches(docs, seq_len, batch_size, seed):
 # ----------------------------------------------------------------------------- evaluation
 
 def _generate(model, tokenizer, prompts, max_new_tokens, batch_size, device, progress=None):
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     outs = []
     tokenizer.padding_side = "left"
     for i in range(0, len(prompts), batch_size):
@@ -210,7 +209,6 @@ def copy_sequences(tokenizer, recs) -> tuple[list[list[int]], list[tuple[int, in
 
 
 def eval_copy(model, tokenizer, n=300, batch_size=64, device="cpu", generate_n=60, progress=None):
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     recs = corpus.load_jsonl("copy_heldout.jsonl")[:n]
     correct = total = 0
     by_kind = {}
@@ -258,7 +256,6 @@ def eval_honesty(model, tokenizer, n=150, batch_size=64, device="cpu", progress=
 
 
 def evaluate(model, tokenizer, preset: Preset, device="cpu") -> dict:
-    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
     model.eval()
     total = preset.eval_math + preset.eval_copy + preset.eval_honesty
     with tqdm(total=total, desc="eval", unit="ex", file=sys.stderr) as bar:
@@ -305,7 +302,6 @@ def plot_loss(losses, path, title):
 
 def _versions():
     import tokenizers  # optional: tokenizers (the train extra)
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     import transformers  # optional: transformers (the train extra)
     return dict(python=platform.python_version(), torch=torch.__version__,
                 transformers=transformers.__version__, tokenizers=tokenizers.__version__)
@@ -324,12 +320,29 @@ def override_preset(p: Preset, overrides: dict | None) -> Preset:
         if key not in kinds or key in fixed:
             raise ValueError(f"override {key!r} is not a field of a preset; allowed: "
                              f"{sorted(set(kinds) - fixed)}")
-        cast = float if "float" in str(kinds[key]) else int
-        try:
-            new[key] = cast(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"override {key}={value!r}: expected a {cast.__name__}") from None
+        new[key] = _parse_field(key, value, str(kinds[key]))
     return replace(p, **new)
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _parse_field(key: str, value: str, kind: str):
+    """``value`` (command-line text) as the preset field's type: int, float, str or bool; ``none`` for a
+    field that may be None. A value that does not parse raises a ValueError naming the field."""
+    if "None" in kind and value.lower() == "none":
+        return None
+    if kind.startswith("str"):
+        return value
+    if kind.startswith("bool"):
+        if value.lower() not in _BOOLS:
+            raise ValueError(f"override {key}={value!r}: expected true or false")
+        return _BOOLS[value.lower()]
+    cast, article = (float, "a float") if kind.startswith("float") else (int, "an int")
+    try:
+        return cast(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"override {key}={value!r}: expected {article}") from None
 
 
 def train(preset: str | Preset, out=None, *, steps: int | None = None, device: str | None = None,
@@ -338,8 +351,6 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     save it (fp16 safetensors + tokenizer), its record and loss plot into
     ``out`` (default ``data/models/<preset>``). ``overrides`` replaces training
     fields of the preset (see ``override_preset``). Returns the record."""
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
-    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
     p = get_preset(preset) if isinstance(preset, str) else preset
     p = override_preset(p, overrides)
     if steps is not None:
@@ -425,7 +436,6 @@ def _command(preset: str, steps, overrides) -> str:
 
 
 def _optimizer(model, p: Preset, device: str):
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     decay = [q for n, q in model.named_parameters() if q.ndim >= 2]
     no_decay = [q for n, q in model.named_parameters() if q.ndim < 2]
     return torch.optim.AdamW([{"params": decay, "weight_decay": p.weight_decay},
@@ -434,7 +444,6 @@ def _optimizer(model, p: Preset, device: str):
 
 
 def _weighted_loss(model, batch, wts):
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     logits = model(input_ids=batch[:, :-1]).logits
     nll = torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]),
                                             batch[:, 1:].reshape(-1), reduction="none")
@@ -443,7 +452,6 @@ def _weighted_loss(model, batch, wts):
 
 def _update(model, opt, scaler, loss):
     """One optimizer step: backward (through the fp16 GradScaler when there is one), clip at norm 1, step."""
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     opt.zero_grad(set_to_none=True)
     if scaler is not None:
         scaler.scale(loss).backward()
@@ -462,9 +470,6 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     """Pretrain ``p`` on the procedural corpus generated while it trains (``p.workers`` processes), then
     evaluate the saved fp16 weights on the validation and test splits (:mod:`t4lib.models.open_eval`).
     Records the generator's tokens/s alone, the trainer's tokens/s and the time the GPU waited for data."""
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
-    from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
-
     t0 = time.time()
     tok_dir = corpus.data_dir() / p.tokenizer
     tok = load_tokenizer(tok_dir)
@@ -513,7 +518,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
     del batches
     tokens = p.steps * p.batch_size * p.seq_len
     tail = [v for _, v in losses[-max(1, min(20, len(losses) // 5)):]]
-    import faker               # the corpus extra (optional dependency)
+    import faker  # the corpus extra (optional dependency)
     record = dict(
         preset=p.name, preset_config={k: v for k, v in asdict(p).items() if k != "extra"},
         n_params=n_params(model), model_config=model.config.to_dict(),
@@ -550,7 +555,6 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
 
 def save(model, tokenizer, out, tokenizer_source=None):
     """fp16 safetensors checkpoint + tokenizer in ``out``."""
-    import torch  # deferred: torch already loads at import (via t4lib.models.packing)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model = model.to("cpu", dtype=torch.float16)
@@ -575,6 +579,12 @@ def load_preset(preset: str, **kw):
     return load(str(path), **kw)
 
 
+def _without_examples(res: dict) -> dict:
+    """An evaluation result as printed: per-example lists dropped, one level deep for split results."""
+    return {k: _without_examples(v) if k in ("validation", "test") else v
+            for k, v in res.items() if not k.endswith("_examples")}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m t4lib.models.tiny", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -588,7 +598,8 @@ def main(argv=None):
     tr.add_argument("--no-eval", action="store_true")
     ev = sub.add_parser("eval", help="evaluate a saved model and print the metrics")
     ev.add_argument("--model", required=True, help="path or preset name")
-    ev.add_argument("--preset", default="tiny-cpu", help="preset whose eval sizes to use")
+    ev.add_argument("--preset", default=None,
+                    help="preset whose evaluation to run (default: --model when it names a preset, else tiny-cpu)")
     ev.add_argument("--device", default=None)
     ev.add_argument("--write-record", action="store_true",
                     help="store the result as 'eval' in the model directory's training_record.json")
@@ -605,13 +616,17 @@ def main(argv=None):
         print(json.dumps(show, indent=2))
         print(f"wrote {Path(a.out) if a.out else checkpoint_dir(a.preset)}")
     else:
-        import torch  # deferred: torch already loads at import (via t4lib.models.packing)
         device = a.device or ("cuda" if torch.cuda.is_available() else "cpu")
         path = str(checkpoint_dir(a.model)) if a.model in PRESETS else a.model
         model, tok = load(path, dtype=torch.float32, device=device)
         t_eval = time.time()
-        res = evaluate(model, tok, get_preset(a.preset), device)
-        print(json.dumps({k: v for k, v in res.items() if k != "math_examples"}, indent=2))
+        preset = get_preset(a.preset or (a.model if a.model in PRESETS else "tiny-cpu"))
+        if preset.corpus == "procedural":  # as training evaluates it: the validation and test splits
+            res = {split: open_eval.evaluate(model, tok, split, device, n=preset.eval_n)
+                   for split in ("validation", "test")}
+        else:
+            res = evaluate(model, tok, preset, device)
+        print(json.dumps(_without_examples(res), indent=2))
         rec_path = Path(path) / "training_record.json"
         if a.write_record:
             if not rec_path.is_file():
@@ -619,7 +634,7 @@ def main(argv=None):
             rec = json.loads(rec_path.read_text())
             rec.update(eval=res, eval_seconds=round(time.time() - t_eval, 1),
                        eval_weights="the saved fp16 checkpoint, computed in fp32",
-                       eval_command=f"python -m t4lib.models.tiny eval --model {a.model} --preset {a.preset}")
+                       eval_command=f"python -m t4lib.models.tiny eval --model {a.model} --preset {preset.name}")
             results.write_json(rec_path, rec, indent=2)
             print(f"updated {rec_path}")
 

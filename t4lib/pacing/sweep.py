@@ -24,6 +24,8 @@ import time
 from typing import Any, Iterable
 
 import numpy as np
+import torch
+from tqdm.auto import tqdm
 
 from t4lib.core import hw, telemetry
 from t4lib.pacing import grid, kernels
@@ -109,8 +111,6 @@ def summarize_samples(samples: list[dict], t_from: float, t_to: float) -> dict[s
 
 def idle_power(seconds: float = 2.0, interval: float = 0.05) -> dict[str, Any]:
     """Power and clocks with nothing of ours running (after a synchronize)."""
-    import torch  # deferred: torch already loads at import (via t4lib.pacing.kernels)
-
     torch.cuda.synchronize()
     time.sleep(0.5)
     with telemetry.Sampler(interval) as s:
@@ -125,8 +125,6 @@ def idle_power(seconds: float = 2.0, interval: float = 0.05) -> dict[str, Any]:
 def _sustain(call, ctas: int, work_per_call: float, window_s: float, settle_s: float,
              interval: float) -> dict[str, Any]:
     """Run ``call(ctas)`` back to back for ``window_s`` under the sampler."""
-    import torch  # deferred: torch already loads at import (via t4lib.pacing.kernels)
-
     # calibrate: calls per batch so one batch is ~BATCH_SECONDS of GPU work
     call(ctas)
     torch.cuda.synchronize()
@@ -193,8 +191,6 @@ def run_sweep(kernel_names: Iterable[str] = ("int4_dequant", "w4a16_gemm"),
     A kernel that is unavailable or fails is recorded with ``skipped`` and the
     reason; the others still run. Raises RuntimeError without a CUDA device.
     """
-    import torch  # deferred: torch already loads at import (via t4lib.pacing.kernels)
-
     if not torch.cuda.is_available():
         raise RuntimeError("the pacing sweep needs a CUDA device (none found); without one, load a recorded "
                            "sweep with t4lib.pacing.load_sweep and run the controller on it")
@@ -222,7 +218,6 @@ def run_sweep(kernel_names: Iterable[str] = ("int4_dequant", "w4a16_gemm"),
     }
     bar = None
     if progress:
-        from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
         bar = tqdm(total=len(names) * len(caps), desc="pacing sweep")
     for name in names:
         k = kernels.get(name)

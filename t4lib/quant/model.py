@@ -21,7 +21,10 @@ from pathlib import Path
 from typing import Iterable
 
 import torch
+from safetensors import safe_open
+from safetensors.torch import load_model, save_model
 from torch import nn
+from tqdm.auto import tqdm
 
 from t4lib.decoding.tokens import check_ids_tensor, vocab_size
 from t4lib.quant.linear import QuantLinear
@@ -195,7 +198,6 @@ def quantize_model(model: nn.Module, policy: dict | None = None, *, calib: Itera
         hess = collect_hessians(model, gptq, calib)
     it = todo
     if progress:
-        from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
         it = tqdm(todo, desc="quantize", leave=False)
     # every layer is quantized before any is replaced: a layer that fails leaves the model as it was
     new = {}
@@ -223,8 +225,6 @@ def weight_bytes(model: nn.Module) -> int:
 
 def save_quantized(model: nn.Module, path: str | Path) -> Path:
     """Write ``model.safetensors`` (with the policy in its metadata) and the HF config to ``path/``."""
-    from safetensors.torch import save_model  # deferred: safetensors (a core dependency), only needed when saving
-
     pol = getattr(model, "t4lib_quant_policy", None)
     if pol is None:
         raise ValueError("model was not quantized with t4lib.quant.quantize_model (no t4lib_quant_policy)")
@@ -251,9 +251,6 @@ def load_quantized(path: str | Path, model: nn.Module | None = None, device=None
     ``model``: an unquantized skeleton of the same architecture; by default
     one is built from the saved config with ``AutoModelForCausalLM.from_config``.
     """
-    from safetensors import safe_open  # deferred: safetensors (a core dependency), only needed when loading
-    from safetensors.torch import load_model  # deferred: safetensors (a core dependency), only needed when loading
-
     path = Path(path)
     f = path / "model.safetensors"
     if not f.is_file():

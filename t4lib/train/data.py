@@ -15,12 +15,12 @@ they are counted in a :class:`DataReport` by reason, or raised with
 """
 from __future__ import annotations
 
+import random
 from collections import Counter
 from dataclasses import dataclass, field
 
-from t4lib.models import schema
+from t4lib.models import corpus, procedural, schema
 from t4lib.models.answers import Unparseable
-from t4lib.models import corpus, procedural
 
 #: columns an SFT data set must have (TRL's prompt/completion format)
 REQUIRED_COLUMNS = ("prompt", "completion")
@@ -147,8 +147,6 @@ def replay_dataset(n: int, seed: int = 0, source: str = "math_train"):
     ``source``: ``math_train`` (problems of ``math_train.jsonl`` that no trace of ``traces.jsonl`` uses, for the
     models of the committed corpus) or ``procedural`` (fresh training-split problems of the procedural
     generator, for the models trained on it)."""
-    import random  # deferred: light stdlib, only needed here
-
     from datasets import Dataset  # optional: datasets (the train extra)
 
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:

@@ -31,11 +31,12 @@ import threading
 from collections import defaultdict
 from pathlib import Path
 
-from t4lib.models import schema
+from tqdm.auto import tqdm
+
+from t4lib.models import corpus, schema
 from t4lib.models.answers import rational_or_none
-from t4lib.train.data import chat_prompt, parse_completion, strip_turn_end
-from t4lib.models import corpus
 from t4lib.serving import StaticEngine
+from t4lib.train.data import chat_prompt, parse_completion, strip_turn_end
 
 FORMATS = ("tags", "plain")
 
@@ -201,7 +202,6 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch
     out: list[str | None] = [None] * len(prompts)
     bar = None
     if progress:
-        from tqdm.auto import tqdm  # deferred: tqdm (a core dependency) only draws the progress bar
         bar = tqdm(total=len(prompts), desc="generate", leave=False)
     was_training = model.training
     # Prompts sorted by length (a ragged batch pads each row to its longest prompt) and batches padded

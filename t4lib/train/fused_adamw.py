@@ -33,14 +33,16 @@ cannot, the limit is stated here and the fallback is ``fused=False``):
 from __future__ import annotations
 
 import math
+import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from t4lib.ops import fused_adamw as ops
 from t4lib.core import results
 from t4lib.models import load
+from t4lib.ops import fused_adamw as ops
 
 __all__ = ["FusedAdamWLinear", "replace_linears", "restore_linears"]
 
@@ -233,8 +235,6 @@ def _step_fn(model, opt, ids, scaler=None):
 
 def _time_steps(step, warmup: int, steps: int) -> tuple[float, float]:
     """(median seconds per step, last loss) of ``steps`` timed steps after ``warmup``."""
-    import time  # deferred: light stdlib, only needed here
-
     for _ in range(warmup):
         step()
     times, loss = [], None
@@ -285,8 +285,6 @@ def compare_step_time(model_id: str = "tiny-gpu", *, batch: int = 16, seq: int =
 
 def write_step_time(out_dir, model_id: str = "tiny-gpu", **kw):
     """Run :func:`compare_step_time` on the GPU and write ``fused_adamw_step.json`` under ``out_dir``."""
-    from pathlib import Path  # deferred: light stdlib, only needed here
-
     r = compare_step_time(model_id, **kw)
     env = results.environment()
     src = "t4lib.train.fused_adamw.compare_step_time"

@@ -35,24 +35,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import subprocess
 import sys
 import time
+import traceback
 from collections import defaultdict
+from dataclasses import fields
+from pathlib import Path
 
 import torch
 
+from t4lib import models
 from t4lib.core import results
 from t4lib.models import corpus, schema
-from t4lib.train import data, evaluate, rewards as R
-from t4lib.train.evaluate import wilson
-from t4lib.train.cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
-from t4lib.train.importance import importance_weights, mismatch_metrics
-from t4lib.train.rollout import RolloutModel, sample_groups
-from t4lib import models
 from t4lib.models.tiny import _generate, load_tokenizer
 from t4lib.serving import StaticEngine
-from t4lib.train.rollout import drift_table, qwen15_shape_model, rollout_speed
+from t4lib.train import data, evaluate
+from t4lib.train import rewards as R
+from t4lib.train.cp_hybrid import CPHybridPolicy, build_cp_hybrid, fp16_policy, rtn_policy
+from t4lib.train.evaluate import wilson
+from t4lib.train.importance import importance_weights, mismatch_metrics
+from t4lib.train.rollout import RolloutModel, drift_table, qwen15_shape_model, rollout_speed, sample_groups
 
 ARMS = {  # arm -> (rollout precision, importance correction)
     "fp16": ("fp16", True),
@@ -222,8 +227,6 @@ class FormatReward:
 def checkpointing(config_cls, on: bool) -> dict:
     """The config keyword that sets activation (gradient) checkpointing: transformers 5.x renames
     ``gradient_checkpointing`` to ``activation_checkpointing`` (the old name warns); TRL's default is on."""
-    from dataclasses import fields  # deferred: light stdlib, only needed here
-
     names = {f.name for f in fields(config_cls)}
     return {"activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing": bool(on)}
 
@@ -643,10 +646,6 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
             step_steps: int = 3, honesty=("honesty_rl.jsonl",)) -> dict:
     """Every arm x seed as parallel processes on one GPU, then (alone on the GPU) the drift table, the rollout
     speed and the step-time comparison; writes ``out`` (t4lib.core.results) and returns its summary."""
-    import os  # deferred: light stdlib, only needed here
-    import subprocess  # deferred: light stdlib, only needed here
-    from pathlib import Path  # deferred: light stdlib, only needed here
-
     Path(logs).mkdir(parents=True, exist_ok=True)
     procs = []
     for arm in arms:
@@ -675,8 +674,6 @@ def run_all(out: str, steps: int, seeds=(0, 1), arms=tuple(ARMS), model_id: str 
             write_results(out, recs, speed, step, drift, model_id, errors=errors)
 
     if benches:
-        import traceback  # deferred: light stdlib, only needed here
-
         def attempt(name, fn):
             t0 = time.perf_counter()
             try:

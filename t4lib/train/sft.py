@@ -14,11 +14,16 @@ the 4-bit weight stays frozen.
 """
 from __future__ import annotations
 
+import argparse
 import math
+import statistics
 import time
 import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+
+import torch
+from torch import nn
 
 from t4lib.core import results
 from t4lib.core.build import cache_dir
@@ -58,8 +63,6 @@ def load_base(model_id: str, base: str = "fp16", device=None):
     """``(model, tokenizer)``: ``base="fp16"`` the checkpoint in fp16; ``"w4a16"`` its Linear
     layers (lm_head excepted) quantized to W4A16 (RTN, group 128); ``"fp32"`` for full fine-tuning
     or CPU."""
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
-
     if base not in BASES:
         raise ValueError(f"base must be one of {BASES}, got {base!r}")
     model, tok = load(model_id, dtype=torch.float32 if base == "fp32" else torch.float16, device=device)
@@ -75,7 +78,6 @@ def lora_config(model, *, r: int = 16, alpha: int = 32, dropout: float = 0.0,
     ValueError naming any target that matches no Linear/QuantLinear module of ``model``."""
     from peft import LoraConfig  # optional: peft (the train extra)
     from peft.tuners.lora.layer import Linear as LoraLinear  # optional: peft (the train extra)
-    from torch import nn  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
 
     if not isinstance(r, int) or r < 1:
         raise ValueError(f"r must be a positive int, got {r!r}")
@@ -250,7 +252,6 @@ def make_trainer(model, tokenizer, dataset, s: SFTSettings, output_dir: str):
     from trl import SFTTrainer  # optional: trl (the train extra)
 
     check_prompt_completion(dataset)
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
     dev = next(model.parameters()).device.type
     torch.manual_seed(s.seed)
     keep = [c for c in dataset.column_names if c in ("prompt", "completion")]
@@ -267,7 +268,6 @@ def _static_loss_scale_trainer(loss_scale: float):
     (one host sync): an fp16 overflow in the previous backward has written inf/NaN into the weights by then, since
     neither the fused layers nor a static scale can skip a step. :func:`train` checks the weights after the last
     step."""
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
     from trl import SFTTrainer  # optional: trl (the train extra)
 
     class ScaleInBackward(torch.autograd.Function):
@@ -300,8 +300,6 @@ def _static_loss_scale_trainer(loss_scale: float):
 
 
 def _nonfinite_weights(model) -> list[str]:
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
-
     return [n for n, p in model.named_parameters() if not bool(torch.isfinite(p).all())]
 
 
@@ -327,7 +325,6 @@ def _fused_layers_follow_schedule():
     takes in that step (the fused update runs inside backward, before the scheduler moves on). A rate of exactly
     0 (the first warm-up step) is given as the smallest positive fp32: the moments advance as torch.optim.AdamW's
     would and a weight moves by at most that much."""
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
     from transformers import TrainerCallback  # optional: transformers (the train extra)
 
     class FusedLayersFollowSchedule(TrainerCallback):
@@ -342,8 +339,6 @@ def _fused_layers_follow_schedule():
 
 def train(model, tokenizer, dataset, s: SFTSettings, output_dir: str) -> SFTResult:
     """Run SFT (progress bar from the Trainer) and return the model and its loss curve."""
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
-
     torch.manual_seed(s.seed)
     model = prepare(model, s, tokenizer)
     trainer = make_trainer(model, tokenizer, dataset, s, output_dir)
@@ -450,8 +445,6 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
     fp16 checkpoint (fp16 LoRA, full FT) or the adapter (LoRA on W4A16) with the tokenizer. ``replay``:
     that many plain-format problems (:func:`t4lib.train.data.replay_dataset`, from ``replay_source``) mixed into
     the traces. ``keep_rows``: the after-SFT evaluation keeps every output (:func:`evaluate_sets`)."""
-    import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
-
     s = settings or SFTSettings()
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if s.method == "full" and base != "fp32":
@@ -485,8 +478,6 @@ def run(model_id: str = "tiny-gpu", *, base: str = "fp16", settings: SFTSettings
 
 
 def main(argv=None):
-    import argparse  # deferred: light stdlib, only the CLI needs it
-
     ap = argparse.ArgumentParser(description="SFT of a local model on the certified traces (TRL + PEFT)")
     ap.add_argument("--model", default="tiny-gpu")
     ap.add_argument("--base", default="fp16", choices=BASES)
@@ -555,7 +546,6 @@ def main(argv=None):
         ap.error(str(e))
     sets = a.eval_sets
     if a.eval_only:
-        import torch  # deferred: torch already loads at import (via t4lib.train.fused_adamw)
         model, tok = load_base(a.model, a.base, device="cuda" if torch.cuda.is_available() else "cpu")
         rec = dict(model=a.model, base=a.base, before={fmt: evaluate_sets(model, tok, sets, fmt, n=a.eval_n)
                                                        for fmt in ("plain", "tags")})
@@ -611,8 +601,6 @@ def compare_curves(reference: list[list], candidate: list[list], skip: int = 0) 
     run-to-run spread of the reference? Per logged step (after ``skip`` points): the reference band
     [min, max] over seeds; ``frac_candidate_mean_in_band`` (fraction of steps where the candidate's
     seed-mean lies in it), ``max_abs_mean_gap`` and ``median_band_width``."""
-    import statistics  # deferred: light stdlib, only needed here
-
     if len(reference) < 2 or not candidate:
         raise ValueError("compare_curves needs at least two reference seeds and one candidate seed")
     steps = sorted(set.intersection(*[{s for s, _ in c} for c in reference + candidate]))[skip:]
