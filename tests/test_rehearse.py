@@ -254,9 +254,72 @@ def test_concurrent_runs_keep_their_own_memory_and_mark_times_as_upper_bounds(tm
         rehearse.rehearse([], out, tmp_path / "hub", 60, None, concurrent=0)
 
 
-def test_a_kernel_that_allocated_nothing_says_its_subprocesses_are_not_seen():
-    rec = {"notebook": "08_x.ipynb", "profile": "t4", "status": "completed", "parameters": {"PROFILE": "t4"},
-           "seconds": 10.0, "gpu_busy_fraction": 0.5, "device_peak_bytes": 2**30,
-           "torch_peak": {"max_allocated": 0, "max_reserved": 0, "budget": 15 * 2**30}}
+def _rec(torch_peak, **kw):
+    return {"notebook": "08_x.ipynb", "profile": "t4", "status": "completed", "parameters": {"PROFILE": "t4"},
+            "seconds": 10.0, "gpu_busy_fraction": 0.5, "device_peak_bytes": 2**30, "torch_peak": torch_peak, **kw}
+
+
+def _peak(rec):
     [peak] = [f for f in rehearse.figures(rec, "rehearsal/08_x", None) if f["name"].endswith("peak_gib")]
-    assert peak["value"] == 0 and "subprocesses is neither seen here nor held to the cap" in peak["note"]
+    return peak
+
+
+NOTHING = {"max_allocated": 0, "max_reserved": 0, "budget": 15 * 2**30}
+
+
+def test_a_record_that_did_not_follow_subprocesses_says_so():
+    peak = _peak(_rec(NOTHING))   # made before subprocesses were followed: no process_peaks
+    assert peak["value"] == 0
+    assert "subprocesses were not followed" in peak["note"] and "not counted" in peak["note"]
+
+
+def test_the_peak_is_the_largest_of_the_kernel_and_its_cuda_subprocesses():
+    procs = [{"pid": 7, "argv": ["timing.py", "t4lib.contract.model:run", "in.json"], "max_allocated": 3 * 2**30,
+              "max_reserved": 4 * 2**30, "budget": 15 * 2**30},
+             {"pid": 9, "argv": ["timing.py", "x:y"], "max_allocated": 2**30, "max_reserved": 2**31, "budget": 1}]
+    peak = _peak(_rec(NOTHING, process_peaks=procs))
+    assert peak["value"] == 4.0
+    assert "2 CUDA subprocesses" in peak["note"] and "t4lib.contract.model:run" in peak["note"]
+    assert "peak allocated 3.00 GiB" in peak["note"] and "NVML device peak 1.00 GiB" in peak["note"]
+    kernel_larger = _peak(_rec({"max_allocated": 5 * 2**30, "max_reserved": 6 * 2**30, "budget": 1},
+                               process_peaks=procs))
+    assert kernel_larger["value"] == 6.0 and "peak allocated 5.00 GiB" in kernel_larger["note"]
+    assert "not counted" not in kernel_larger["note"]
+
+
+def _site(tmp_path):
+    site = tmp_path / "site"
+    rehearse.install_sitecustomize(site)
+    env = rehearse.environment(tmp_path / "hub", tmp_path / "ipython", tmp_path / "run.peak.json", "t4", site)
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(site)
+    return site, env
+
+
+def test_subprocesses_queue_the_cap_for_cudas_first_use_and_report_their_peak(tmp_path):
+    """In a Python process started under the rehearsal's environment, importing torch queues the cap for
+    CUDA's initialisation (and nothing without the variables); the peak file a process writes is read back."""
+    site, env = _site(tmp_path)
+    code = ("import torch, torch.cuda\n"
+            "print(sum(getattr(f, '__name__', '') == 'apply_cap' for f, _ in torch.cuda._queued_calls))")
+    run = lambda e: subprocess.run([sys.executable, "-c", code], env={**os.environ, **e}, capture_output=True,
+                                   text=True, cwd=results.REPO_ROOT, timeout=300)
+    hooked = run(env)
+    assert hooked.returncode == 0, hooked.stderr[-2000:]
+    assert hooked.stdout.split() == ["1"]
+    plain = run({"PYTHONPATH": env["PYTHONPATH"]})   # the hook's file on the path, the rehearsal's variables not
+    assert plain.returncode == 0 and plain.stdout.split() == ["0"]
+    peak_file = Path(env["T4LIB_REHEARSE_PEAK_FILE"])
+    (tmp_path / "run.peak.json.proc-12.json").write_text(json.dumps({"pid": 12, "max_reserved": 1}))
+    (tmp_path / "run.peak.json.proc-3.json").write_text(json.dumps({"pid": 3, "max_reserved": 2}))
+    assert [p["pid"] for p in rehearse.process_peaks(peak_file)] == [3, 12]
+
+
+def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
+    site, env = _site(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_RAN'] = '1'\n")
+    env["PYTHONPATH"] += os.pathsep + str(other)
+    r = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SHADOWED_RAN'))"],
+                       env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and r.stdout.split() == ["1"], r.stderr[-2000:]

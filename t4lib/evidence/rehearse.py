@@ -10,8 +10,10 @@ What holds each run to a T4:
 
 * **memory**: the kernel process's CUDA allocator may reserve at most 15 GiB (a T4's usable memory) through
   ``torch.cuda.set_per_process_memory_fraction``, applied by an IPython startup file
-  (:mod:`t4lib.evidence.rehearsal_startup`) in an ``IPYTHONDIR`` made for the rehearsal; the notebooks and
-  the library are not touched;
+  (:mod:`t4lib.evidence.rehearsal_startup`) in an ``IPYTHONDIR`` made for the rehearsal, and so may every
+  Python process the kernel starts that uses CUDA (notebook 08's contract workers, notebook 05's GRPO runs),
+  through a ``sitecustomize`` put first on the run's ``PYTHONPATH``
+  (:mod:`t4lib.evidence.rehearsal_sitecustomize`); the notebooks and the library are not touched;
 * **models**: every hub id a notebook names is served from a Hugging Face hub cache of random-weight
   stand-ins of the same configuration and vocabulary size (:mod:`t4lib.evidence.hub_standins`;
   ``HF_HUB_CACHE``, ``HF_HUB_OFFLINE=1``), through the library's unchanged loading path;
@@ -20,10 +22,10 @@ What holds each run to a T4:
   the real model costs.
 
 Per run it records (``results/<device>/rehearsal.json``, through :func:`t4lib.core.results.write`): the
-wall seconds on this GPU, torch's peak reserved memory in the kernel process (and NVML's device peak beside
-it), a T4 time projection (ESTIMATED, :func:`t4_projection_s`) and the cell that failed, if one did. The
-executed copy goes to ``results/<device>/rehearsal/<notebook>.ipynb`` (``<notebook>.failed.ipynb`` for a
-run that failed: the last good copy stays). A failed notebook does not stop the others; the command exits
+wall seconds on this GPU, torch's peak reserved memory, the largest of the kernel's and each CUDA
+subprocess's (NVML's device peak beside it, all processes together), a T4 time projection (ESTIMATED,
+:func:`t4_projection_s`) and the cell that failed, if one did. The goes to ``results/<device>/rehearsal/<notebook>.ipynb`` (``<notebook>.failed.ipynb`` for a run that failed:
+the last good copy stays). A failed notebook does not stop the others; the command exits
 1 if any failed. No learning figure is read from a rehearsal: its models are random.
 
 ``--concurrent N`` runs up to N notebooks at once on the one GPU. Each kernel's memory cap and peak are its
@@ -58,6 +60,7 @@ T4_MINUTES_TARGET = 20       # a t4 profile projected longer says so up front an
 DEFAULT_TIMEOUT_S = 1800      # per run: Colab's free tier disconnects an idle session after about 30 minutes
 DEFAULT_HUB_CACHE = Path(tempfile.gettempdir()) / "t4lib_rehearsal_hub"
 STARTUP_FILE = Path(__file__).with_name("rehearsal_startup.py")
+SITECUSTOMIZE_FILE = Path(__file__).with_name("rehearsal_sitecustomize.py")
 SOURCE = "t4lib/evidence/rehearse.py"
 
 # Each notebook's generation lengths in its t4 profile, and why the rehearsal leaves them as they are. A cap
@@ -184,8 +187,11 @@ def plan(numbers=None, profiles=PROFILES, params=()) -> list[Run]:
     return list(runs.values())
 
 
-def environment(hub_cache: Path, ipython_dir: Path, peak_file: Path | None, profile: str) -> dict[str, str]:
-    """The variables a run's papermill (and so its kernel) gets, beside the rehearsal's own environment."""
+def environment(hub_cache: Path, ipython_dir: Path, peak_file: Path | None, profile: str,
+                site_dir: Path | None = None) -> dict[str, str]:
+    """The variables a run's papermill (and so its kernel and the kernel's subprocesses) gets, beside the
+    rehearsal's own environment. ``site_dir`` (holding the rehearsal's ``sitecustomize.py``) goes first on
+    ``PYTHONPATH``."""
     env = {"IPYTHONDIR": str(ipython_dir), "T4LIB_REHEARSE_MEM_GIB": f"{T4_MEMORY_GIB:g}",
            "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "HF_DATASETS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
@@ -193,6 +199,8 @@ def environment(hub_cache: Path, ipython_dir: Path, peak_file: Path | None, prof
         env["T4LIB_REHEARSE_PEAK_FILE"] = str(peak_file)
     if profile == "kaggle-2xt4":
         env["T4LIB_REHEARSE_KAGGLE_ON_ONE_GPU"] = "1"
+    if site_dir is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(site_dir), *filter(None, [os.environ.get("PYTHONPATH")])])
     return env
 
 
@@ -202,6 +210,20 @@ def install_startup(ipython_dir: Path) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(STARTUP_FILE, dest)
     return dest
+
+
+def install_sitecustomize(site_dir: Path) -> Path:
+    """Copy the subprocesses' hook into ``<site_dir>/sitecustomize.py``; returns its path there."""
+    dest = site_dir / "sitecustomize.py"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(SITECUSTOMIZE_FILE, dest)
+    return dest
+
+
+def process_peaks(peak_file: Path) -> list[dict]:
+    """The peaks the run's CUDA subprocesses wrote at exit (``<peak_file>.proc-<pid>.json``), by pid."""
+    found = (_read_json(p) for p in sorted(peak_file.parent.glob(f"{peak_file.name}.proc-*.json")))
+    return sorted((p for p in found if p), key=lambda p: p["pid"])
 
 
 def describe(runs: list[Run], hub_cache: Path, out: Path, timeout: int) -> str:
@@ -361,7 +383,8 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     ``keep_records`` False: the caller puts the results files back (runs sharing the GPU share one guard)."""
     copies, partial = out / "rehearsal", out / "rehearsal" / f"{run.copy_name}.partial.ipynb"   # as run_all.sh names it
     copies.mkdir(parents=True, exist_ok=True)
-    peak_file.unlink(missing_ok=True)
+    for stale in (peak_file, *peak_file.parent.glob(f"{peak_file.name}.proc-*.json")):
+        stale.unlink(missing_ok=True)
     log = out / "logs" / f"rehearsal_{run.copy_name}.log"
     written = copies / f"{run.copy_name}.results"  # the results files the run wrote, kept apart
     before = notebook.run_provenance(run.profile)  # the executed copy is stamped with it, as run_all.sh does
@@ -383,7 +406,8 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
            "executed_copy": str(dest.relative_to(out)) if dest.exists() else None,
            "log": str(log.relative_to(out)), "gpu_busy_fraction": gpu.busy,
            "results_written": str(written.relative_to(out)) if written.exists() else None,
-           "device_peak_bytes": gpu.peak_bytes, "torch_peak": _read_json(peak_file)}
+           "device_peak_bytes": gpu.peak_bytes, "torch_peak": _read_json(peak_file),
+           "process_peaks": process_peaks(peak_file)}
     if not ok and bad is None:
         rec["log_tail"] = log.read_text(errors="replace")[-2000:] if log.exists() else ""
     return rec
@@ -411,6 +435,31 @@ def t4_projection_s(seconds: float, busy: float | None, copy_bw: float) -> float
     return seconds * (1 - busy) + seconds * busy * copy_bw / hw.T4.sustained_bw
 
 
+def peak_figure(key: str, where: str, kernel: dict | None, procs: list[dict] | None, device_peak: int | None,
+                extra: dict) -> dict:
+    """``<key>/peak_gib``: torch's peak reserved memory, the largest of the kernel's and that of each CUDA
+    subprocess the kernel started (``procs``; None for a record made before subprocesses were followed)."""
+    gib = 2**30
+    worst = max([kernel or {"max_reserved": 0, "max_allocated": 0}, *(procs or [])], key=lambda p: p["max_reserved"])
+    note = (f"torch's peak reserved memory in {where}, the largest of the kernel process's "
+            f"({(kernel or {}).get('max_reserved', 0) / gib:.2f} GiB)")
+    if procs is None:
+        note += " alone (subprocesses were not followed when this was recorded)"
+    else:
+        note += f" and each of the {len(procs)} CUDA subprocesses it started that reported at exit"
+        if procs:
+            big = max(procs, key=lambda p: p["max_reserved"])
+            note += f" (largest {big['max_reserved'] / gib:.2f} GiB: {' '.join(map(str, big['argv'][1:3]))})"
+    note += (f"; each held to a {T4_MEMORY_GIB:g} GiB cap (set_per_process_memory_fraction); peak allocated "
+             f"{worst['max_allocated'] / gib:.2f} GiB")
+    if device_peak:
+        note += f"; NVML device peak {device_peak / gib:.2f} GiB (all its processes and CUDA contexts together)"
+    if worst["max_reserved"] == 0:
+        note += "; nothing allocated on the GPU was seen: work done in a process not followed is not counted"
+    return results.figure(f"{key}/peak_gib", worst["max_reserved"] / gib, "GiB", "MEASURED", SOURCE, note=note,
+                          **extra)
+
+
 def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
     """The run's figures: ``<key>/gpu_seconds`` and, where known, ``<key>/peak_gib`` and
     ``<key>/t4_projected_minutes``."""
@@ -424,16 +473,9 @@ def figures(rec: dict, key: str, copy_bw: float | None) -> list[dict]:
     figs = [results.figure(f"{key}/gpu_seconds", rec["seconds"], "s", "MEASURED", SOURCE,
                            note=f"papermill wall time of {where}, kernel start and kernel builds included{caveat}",
                            **extra)]
-    peak = rec["torch_peak"]
-    if peak:
-        figs.append(results.figure(
-            f"{key}/peak_gib", peak["max_reserved"] / 2**30, "GiB", "MEASURED", SOURCE,
-            note=f"torch's peak reserved memory in the kernel process of {where}, under a {T4_MEMORY_GIB:g} GiB "
-                 f"cap (set_per_process_memory_fraction); peak allocated {peak['max_allocated'] / 2**30:.2f} GiB"
-                 + (f", NVML device peak {rec['device_peak_bytes'] / 2**30:.2f} GiB (CUDA context included)"
-                    if rec["device_peak_bytes"] and not shared else "")
-                 + ("; the kernel itself allocated nothing on the GPU: work done in its subprocesses is neither "
-                    "seen here nor held to the cap" if peak["max_reserved"] == 0 else ""), **extra))
+    peak, procs = rec["torch_peak"], rec.get("process_peaks")
+    if peak or procs:
+        figs.append(peak_figure(key, where, peak, procs, None if shared else rec["device_peak_bytes"], extra))
     if copy_bw:
         busy = rec["gpu_busy_fraction"]
         figs.append(results.figure(
@@ -591,8 +633,10 @@ def rehearse(runs: list[Run], out: Path, hub_cache: Path, timeout: int, copy_bw:
     def one(r: Run) -> dict:
         ipython = work / "ipython" / r.copy_name  # a profile per kernel: concurrent kernels share no history file
         install_startup(ipython)
+        site = work / "site" / r.copy_name
+        install_sitecustomize(site)
         peak_file = work / f"{r.copy_name}.peak.json"
-        env = environment(hub_cache, ipython, peak_file, r.profile)
+        env = environment(hub_cache, ipython, peak_file, r.profile, site)
         return execute(r, out, env, timeout, peak_file, runner, keep_records=not shared)
 
     guard = records_kept(results.results_dir(), written, _own_files(out)) if shared else contextlib.nullcontext()
@@ -608,9 +652,9 @@ def rehearse(runs: list[Run], out: Path, hub_cache: Path, timeout: int, copy_bw:
             done[f"{r.notebook.stem}/{r.profile}"] = rec
             figs += figures(rec, r.key, copy_bw)
             write_records(out / "rehearsal.json", done, figs, copy_bw)
-            peak = rec["torch_peak"]
+            reserved = [p["max_reserved"] for p in [rec["torch_peak"], *rec["process_peaks"]] if p]
             print(f"   {r.notebook.name} ({r.profile}): {rec['status']} in {rec['seconds']:.0f} s"
-                  + (f", peak reserved {peak['max_reserved'] / 2**30:.2f} GiB" if peak else "")
+                  + (f", peak reserved {max(reserved) / 2**30:.2f} GiB" if reserved else "")
                   + (f"; cell {rec['failed_cell']['cell']}: {rec['failed_cell']['error']}" if rec["failed_cell"] else ""),
                   flush=True)
     if shared and written.exists():

@@ -1,0 +1,86 @@
+"""``sitecustomize`` of the dress rehearsal, for the Python processes a notebook's kernel starts (notebook 08's
+contract workers, notebook 05's GRPO runs): :mod:`t4lib.evidence.rehearse` copies this file as
+``sitecustomize.py`` into a folder put first on the run's ``PYTHONPATH``, so every Python process of the run
+imports it at start. The kernel itself is left to :mod:`t4lib.evidence.rehearsal_startup`; papermill and any
+process that never touches CUDA pay nothing (torch is not imported here).
+
+In a process that initialises CUDA, and only then (``torch.cuda._lazy_call``: the hook ``manual_seed`` uses
+before CUDA exists), it applies the rehearsal's cap, ``T4LIB_REHEARSE_MEM_GIB`` per device, and at exit writes
+torch's peak allocated and reserved bytes to ``<T4LIB_REHEARSE_PEAK_FILE>.proc-<pid>.json``. A process killed
+before exit writes nothing: the rehearsal then counts fewer processes than ran, and says how many it read.
+
+A ``sitecustomize`` already on the path (a distribution's) still runs: this one hands over to it at the end.
+"""
+import os as _os
+import sys as _sys
+
+
+def _t4lib_rehearsal_hook():
+    import importlib.abc
+    import importlib.machinery
+    import sys
+
+    def apply_cap():
+        import atexit
+        import json
+        import os
+        import sys
+
+        import torch
+
+        budget = float(os.environ["T4LIB_REHEARSE_MEM_GIB"]) * 2**30
+        devices = range(torch.cuda.device_count())
+        for d in devices:
+            total = torch.cuda.get_device_properties(d).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), d)
+
+        def write_peak():
+            path = f"{os.environ['T4LIB_REHEARSE_PEAK_FILE']}.proc-{os.getpid()}.json"
+            peak = {"pid": os.getpid(), "argv": sys.argv[:4], "budget": budget,
+                    "max_allocated": max(torch.cuda.max_memory_allocated(d) for d in devices),
+                    "max_reserved": max(torch.cuda.max_memory_reserved(d) for d in devices)}
+            with open(path + ".tmp", "w") as f:
+                json.dump(peak, f)
+            os.replace(path + ".tmp", path)  # the rehearsal never reads half a file
+
+        atexit.register(write_peak)
+
+    class AfterTorchCuda(importlib.abc.MetaPathFinder):
+        """Finds ``torch.cuda`` as the normal path would, and queues the cap once that module has run."""
+
+        def find_spec(self, name, path, target=None):
+            if name != "torch.cuda":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None or spec.loader is None:
+                return spec
+            run_module = spec.loader.exec_module
+
+            def exec_module(module):
+                run_module(module)
+                module._lazy_call(apply_cap)   # at CUDA's first use; at once if it is already up
+
+            spec.loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, AfterTorchCuda())
+
+
+def _t4lib_next_sitecustomize():
+    """Run the ``sitecustomize`` this one shadows, if the path holds another."""
+    import importlib.machinery
+    import importlib.util
+
+    here = _os.path.dirname(_os.path.abspath(__file__))
+    rest = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
+    spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
+    if spec is not None and spec.loader is not None:
+        spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
+_kernel = any("ipykernel" in a for a in _sys.argv[:3])   # held by the IPython startup file instead
+if _os.environ.get("T4LIB_REHEARSE_MEM_GIB") and _os.environ.get("T4LIB_REHEARSE_PEAK_FILE") and not _kernel:
+    _t4lib_rehearsal_hook()
+_t4lib_next_sitecustomize()
+del _t4lib_rehearsal_hook, _t4lib_next_sitecustomize, _kernel, _os, _sys
