@@ -21,12 +21,13 @@ What holds each run to a T4:
   fixed number of tokens or runs a trained project model, so none is capped and random weights cost what
   the real model costs.
 
-Per run it records (``results/<device>/rehearsal.json``, through :func:`t4lib.core.results.write`): the
-wall seconds on this GPU, torch's peak reserved memory, the largest of the kernel's and each CUDA
-subprocess's (NVML's device peak beside it, all processes together), a T4 time projection (ESTIMATED,
-:func:`t4_projection_s`) and the cell that failed, if one did. The goes to ``results/<device>/rehearsal/<notebook>.ipynb`` (``<notebook>.failed.ipynb`` for a run that failed:
-the last good copy stays). A failed notebook does not stop the others; the command exits
-1 if any failed. No learning figure is read from a rehearsal: its models are random.
+Per run it records (``results/<device>/rehearsal.json``, through :func:`t4lib.core.results.write`): the wall
+seconds on this GPU, torch's peak reserved memory, the largest of the kernel's and each CUDA subprocess's
+(NVML's device peak beside it, all processes together), a T4 time projection (ESTIMATED,
+:func:`t4_projection_s`) and the cell that failed, if one did. The executed copy goes to
+``results/<device>/rehearsal/<notebook>.ipynb`` (``<notebook>.failed.ipynb`` for a run that failed: the last
+good copy stays). A failed notebook does not stop the others; the command exits 1 if any failed. No learning
+figure is read from a rehearsal: its models are random.
 
 ``--concurrent N`` runs up to N notebooks at once on the one GPU. Each kernel's memory cap and peak are its
 own, so memory and failures are read as in a solo run; wall time and busy time grow with the sharing, so the
