@@ -308,6 +308,10 @@ def test_subprocesses_queue_the_cap_for_cudas_first_use_and_report_their_peak(tm
     assert hooked.stdout.split() == ["1"]
     plain = run({"PYTHONPATH": env["PYTHONPATH"]})   # the hook's file on the path, the rehearsal's variables not
     assert plain.returncode == 0 and plain.stdout.split() == ["0"]
+    (tmp_path / "ipykernel_stand_in.py").write_text(code)   # a kernel: capped by the startup file, not here
+    kernel = subprocess.run([sys.executable, "-m", "ipykernel_stand_in"], env={**os.environ, **env},
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert kernel.returncode == 0 and kernel.stdout.split() == ["0"], kernel.stderr[-2000:]
     peak_file = Path(env["T4LIB_REHEARSE_PEAK_FILE"])
     (tmp_path / "run.peak.json.proc-12.json").write_text(json.dumps({"pid": 12, "max_reserved": 1}))
     (tmp_path / "run.peak.json.proc-3.json").write_text(json.dumps({"pid": 3, "max_reserved": 2}))

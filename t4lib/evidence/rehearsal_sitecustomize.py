@@ -1,7 +1,7 @@
 """``sitecustomize`` of the dress rehearsal, for the Python processes a notebook's kernel starts (notebook 08's
-contract workers, notebook 05's GRPO runs): :mod:`t4lib.evidence.rehearse` copies this file as
-``sitecustomize.py`` into a folder put first on the run's ``PYTHONPATH``, so every Python process of the run
-imports it at start. The kernel itself is left to :mod:`t4lib.evidence.rehearsal_startup`; papermill and any
+contract workers; any worker pool, such as notebook 05's GRPO runs when several run at once):
+:mod:`t4lib.evidence.rehearse` copies this file as ``sitecustomize.py`` into a folder put first on the run's
+``PYTHONPATH``, so every Python process of the run imports it at start. The kernel itself is left to :mod:`t4lib.evidence.rehearsal_startup`; papermill and any
 process that never touches CUDA pay nothing (torch is not imported here).
 
 In a process that initialises CUDA, and only then (``torch.cuda._lazy_call``: the hook ``manual_seed`` uses
@@ -79,7 +79,9 @@ def _t4lib_next_sitecustomize():
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
 
 
-_kernel = any("ipykernel" in a for a in _sys.argv[:3])   # held by the IPython startup file instead
+# the kernel is held by the IPython startup file instead; sys.argv is still ["-m", ...] while site runs,
+# orig_argv holds the command line as given ("python -m ipykernel_launcher -f ...")
+_kernel = any("ipykernel" in a for a in getattr(_sys, "orig_argv", _sys.argv)[:4])
 if _os.environ.get("T4LIB_REHEARSE_MEM_GIB") and _os.environ.get("T4LIB_REHEARSE_PEAK_FILE") and not _kernel:
     _t4lib_rehearsal_hook()
 _t4lib_next_sitecustomize()

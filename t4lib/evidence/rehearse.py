@@ -11,7 +11,7 @@ What holds each run to a T4:
 * **memory**: the kernel process's CUDA allocator may reserve at most 15 GiB (a T4's usable memory) through
   ``torch.cuda.set_per_process_memory_fraction``, applied by an IPython startup file
   (:mod:`t4lib.evidence.rehearsal_startup`) in an ``IPYTHONDIR`` made for the rehearsal, and so may every
-  Python process the kernel starts that uses CUDA (notebook 08's contract workers, notebook 05's GRPO runs),
+  Python process the kernel starts that uses CUDA (notebook 08's contract workers, any worker pool),
   through a ``sitecustomize`` put first on the run's ``PYTHONPATH``
   (:mod:`t4lib.evidence.rehearsal_sitecustomize`); the notebooks and the library are not touched;
 * **models**: every hub id a notebook names is served from a Hugging Face hub cache of random-weight
