@@ -300,7 +300,7 @@ def test_subprocesses_queue_the_cap_for_cudas_first_use_and_report_their_peak(tm
     CUDA's initialisation (and nothing without the variables); the peak file a process writes is read back."""
     site, env = _site(tmp_path)
     code = ("import torch, torch.cuda\n"
-            "print(sum(getattr(f, '__name__', '') == 'apply_cap' for f, _ in torch.cuda._queued_calls))")
+            "print(sum(getattr(f, '__name__', '') == '_apply_cap' for f, _ in torch.cuda._queued_calls))")
     run = lambda e: subprocess.run([sys.executable, "-c", code], env={**os.environ, **e}, capture_output=True,
                                    text=True, cwd=results.REPO_ROOT, timeout=300)
     hooked = run(env)

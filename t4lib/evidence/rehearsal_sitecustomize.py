@@ -1,8 +1,9 @@
 """``sitecustomize`` of the dress rehearsal, for the Python processes a notebook's kernel starts (notebook 08's
 contract workers; any worker pool, such as notebook 05's GRPO runs when several run at once):
 :mod:`t4lib.evidence.rehearse` copies this file as ``sitecustomize.py`` into a folder put first on the run's
-``PYTHONPATH``, so every Python process of the run imports it at start. The kernel itself is left to :mod:`t4lib.evidence.rehearsal_startup`; papermill and any
-process that never touches CUDA pay nothing (torch is not imported here).
+``PYTHONPATH``, so every Python process of the run imports it at start. The kernel itself is left to
+:mod:`t4lib.evidence.rehearsal_startup`; papermill and any process that never touches CUDA pay nothing (torch is
+not imported here).
 
 In a process that initialises CUDA, and only then (``torch.cuda._lazy_call``: the hook ``manual_seed`` uses
 before CUDA exists), it applies the rehearsal's cap, ``T4LIB_REHEARSE_MEM_GIB`` per device, and at exit writes
@@ -11,69 +12,61 @@ before exit writes nothing: the rehearsal then counts fewer processes than ran, 
 
 A ``sitecustomize`` already on the path (a distribution's) still runs: this one hands over to it at the end.
 """
-import os as _os
-import sys as _sys
+import atexit
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import sys
 
 
-def _t4lib_rehearsal_hook():
-    import importlib.abc
-    import importlib.machinery
-    import sys
+def _apply_cap():
+    """Runs when CUDA initialises in this process: the cap, and the peak written at exit."""
+    import torch  # here, not at the top: a process that never starts CUDA never imports torch for this
 
-    def apply_cap():
-        import atexit
-        import json
-        import os
-        import sys
+    budget = float(os.environ["T4LIB_REHEARSE_MEM_GIB"]) * 2**30
+    devices = range(torch.cuda.device_count())
+    for d in devices:
+        total = torch.cuda.get_device_properties(d).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), d)
 
-        import torch
+    def write_peak():
+        path = f"{os.environ['T4LIB_REHEARSE_PEAK_FILE']}.proc-{os.getpid()}.json"
+        peak = {"pid": os.getpid(), "argv": sys.argv[:4], "budget": budget,
+                "max_allocated": max(torch.cuda.max_memory_allocated(d) for d in devices),
+                "max_reserved": max(torch.cuda.max_memory_reserved(d) for d in devices)}
+        with open(path + ".tmp", "w") as f:
+            json.dump(peak, f)
+        os.replace(path + ".tmp", path)  # the rehearsal never reads half a file
 
-        budget = float(os.environ["T4LIB_REHEARSE_MEM_GIB"]) * 2**30
-        devices = range(torch.cuda.device_count())
-        for d in devices:
-            total = torch.cuda.get_device_properties(d).total_memory
-            torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), d)
+    atexit.register(write_peak)
 
-        def write_peak():
-            path = f"{os.environ['T4LIB_REHEARSE_PEAK_FILE']}.proc-{os.getpid()}.json"
-            peak = {"pid": os.getpid(), "argv": sys.argv[:4], "budget": budget,
-                    "max_allocated": max(torch.cuda.max_memory_allocated(d) for d in devices),
-                    "max_reserved": max(torch.cuda.max_memory_reserved(d) for d in devices)}
-            with open(path + ".tmp", "w") as f:
-                json.dump(peak, f)
-            os.replace(path + ".tmp", path)  # the rehearsal never reads half a file
 
-        atexit.register(write_peak)
+class _AfterTorchCuda(importlib.abc.MetaPathFinder):
+    """Finds ``torch.cuda`` as the normal path would, and queues the cap once that module has run."""
 
-    class AfterTorchCuda(importlib.abc.MetaPathFinder):
-        """Finds ``torch.cuda`` as the normal path would, and queues the cap once that module has run."""
-
-        def find_spec(self, name, path, target=None):
-            if name != "torch.cuda":
-                return None
-            sys.meta_path.remove(self)
-            spec = importlib.machinery.PathFinder.find_spec(name, path)
-            if spec is None or spec.loader is None:
-                return spec
-            run_module = spec.loader.exec_module
-
-            def exec_module(module):
-                run_module(module)
-                module._lazy_call(apply_cap)   # at CUDA's first use; at once if it is already up
-
-            spec.loader.exec_module = exec_module
+    def find_spec(self, name, path, target=None):
+        if name != "torch.cuda":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
             return spec
+        run_module = spec.loader.exec_module
 
-    sys.meta_path.insert(0, AfterTorchCuda())
+        def exec_module(module):
+            run_module(module)
+            module._lazy_call(_apply_cap)   # at CUDA's first use; at once if it is already up
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
-def _t4lib_next_sitecustomize():
+def _run_next_sitecustomize():
     """Run the ``sitecustomize`` this one shadows, if the path holds another."""
-    import importlib.machinery
-    import importlib.util
-
-    here = _os.path.dirname(_os.path.abspath(__file__))
-    rest = [p for p in _sys.path if _os.path.abspath(p or ".") != here]
+    here = os.path.dirname(os.path.abspath(__file__))
+    rest = [p for p in sys.path if os.path.abspath(p or ".") != here]
     spec = importlib.machinery.PathFinder.find_spec("sitecustomize", rest)
     if spec is not None and spec.loader is not None:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
@@ -81,8 +74,7 @@ def _t4lib_next_sitecustomize():
 
 # the kernel is held by the IPython startup file instead; sys.argv is still ["-m", ...] while site runs,
 # orig_argv holds the command line as given ("python -m ipykernel_launcher -f ...")
-_kernel = any("ipykernel" in a for a in getattr(_sys, "orig_argv", _sys.argv)[:4])
-if _os.environ.get("T4LIB_REHEARSE_MEM_GIB") and _os.environ.get("T4LIB_REHEARSE_PEAK_FILE") and not _kernel:
-    _t4lib_rehearsal_hook()
-_t4lib_next_sitecustomize()
-del _t4lib_rehearsal_hook, _t4lib_next_sitecustomize, _kernel, _os, _sys
+_KERNEL = any("ipykernel" in a for a in getattr(sys, "orig_argv", sys.argv)[:4])
+if os.environ.get("T4LIB_REHEARSE_MEM_GIB") and os.environ.get("T4LIB_REHEARSE_PEAK_FILE") and not _KERNEL:
+    sys.meta_path.insert(0, _AfterTorchCuda())
+_run_next_sitecustomize()
