@@ -74,6 +74,7 @@ def test_dry_run_plans_every_notebook(capsys):
     assert "05_grpo_cp_hybrid.ipynb            kaggle-2xt4" in out
     assert "Qwen/Qwen2.5-Math-1.5B -> " in out and "T4LIB_REHEARSE_MEM_GIB=15" in out and "HF_HUB_OFFLINE=1" in out
     assert all(f"  {n[:2]}: " in out for n in names)  # a generation-length line per notebook
+    assert "PYTHONPATH=<rehearsal>/site" in out and "rehearsal_sitecustomize.py" in out
 
 
 def _fake_papermill(fail: set[str]):

@@ -231,8 +231,9 @@ def describe(runs: list[Run], hub_cache: Path, out: Path, timeout: int) -> str:
     """The plan as text (``--dry-run``)."""
     specs = hub_standins.configs()
     lines = [f"dress rehearsal: {len(runs)} runs, at most {timeout} s each, records -> {out / 'rehearsal.json'}",
-             f"memory: the kernel's CUDA allocator reserves at most {T4_MEMORY_GIB:g} GiB "
-             f"(set_per_process_memory_fraction, IPython startup file {STARTUP_FILE.name})", "", "runs:"]
+             f"memory: the kernel's CUDA allocator, and that of every process it starts that uses CUDA, reserves at "
+             f"most {T4_MEMORY_GIB:g} GiB (set_per_process_memory_fraction; IPython startup file "
+             f"{STARTUP_FILE.name}, and {SITECUSTOMIZE_FILE.name} as the run's sitecustomize)", "", "runs:"]
     for r in runs:
         lines.append(f"  {r.notebook.name:34s} {r.profile:12s} parameters {json.dumps(r.parameters)}"
                      + (f"  hub ids: {', '.join(r.hub_ids)}" if r.hub_ids else ""))
@@ -246,7 +247,8 @@ def describe(runs: list[Run], hub_cache: Path, out: Path, timeout: int) -> str:
     lines += ["", "generation lengths:"]
     lines += [f"  {r.notebook.name[:2]}: {GENERATION.get(r.notebook.name[:2], 'not reviewed')}"
               for r in runs if r.profile == "t4"]
-    env = environment(hub_cache, Path("<rehearsal>/ipython"), Path("<rehearsal>/<run>.peak.json"), "t4")
+    env = environment(hub_cache, Path("<rehearsal>/ipython"), Path("<rehearsal>/<run>.peak.json"), "t4",
+                      Path("<rehearsal>/site"))
     lines += ["", "environment of each run:"] + [f"  {k}={v}" for k, v in env.items()]
     lines.append("  T4LIB_REHEARSE_KAGGLE_ON_ONE_GPU=1 (kaggle-2xt4 runs: the profile's two-GPU check passes on one "
                  "GPU; the work was on cuda:0 anyway)")
