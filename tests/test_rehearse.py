@@ -325,6 +325,8 @@ def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
     other.mkdir()
     (other / "sitecustomize.py").write_text("import os\nos.environ['SHADOWED_RAN'] = '1'\n")
     env["PYTHONPATH"] += os.pathsep + str(other)
-    r = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('SHADOWED_RAN'))"],
-                       env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0 and r.stdout.split() == ["1"], r.stderr[-2000:]
+    code = "import os, sys; print(os.environ.get('SHADOWED_RAN'), sys.modules['sitecustomize'].__file__)"
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["1", str(site / "sitecustomize.py")]   # the rehearsal's ran first, then handed over

@@ -221,9 +221,14 @@ def install_sitecustomize(site_dir: Path) -> Path:
     return dest
 
 
+def _process_peak_files(peak_file: Path) -> list[Path]:
+    """``<peak_file>.proc-<pid>.json``: what each CUDA subprocess of the run wrote at exit."""
+    return sorted(peak_file.parent.glob(f"{peak_file.name}.proc-*.json"))
+
+
 def process_peaks(peak_file: Path) -> list[dict]:
-    """The peaks the run's CUDA subprocesses wrote at exit (``<peak_file>.proc-<pid>.json``), by pid."""
-    found = (_read_json(p) for p in sorted(peak_file.parent.glob(f"{peak_file.name}.proc-*.json")))
+    """The peaks the run's CUDA subprocesses wrote at exit, by pid (an unreadable file is left out)."""
+    found = (_read_json(p) for p in _process_peak_files(peak_file))
     return sorted((p for p in found if p), key=lambda p: p["pid"])
 
 
@@ -386,7 +391,7 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
     ``keep_records`` False: the caller puts the results files back (runs sharing the GPU share one guard)."""
     copies, partial = out / "rehearsal", out / "rehearsal" / f"{run.copy_name}.partial.ipynb"   # as run_all.sh names it
     copies.mkdir(parents=True, exist_ok=True)
-    for stale in (peak_file, *peak_file.parent.glob(f"{peak_file.name}.proc-*.json")):
+    for stale in (peak_file, *_process_peak_files(peak_file)):
         stale.unlink(missing_ok=True)
     log = out / "logs" / f"rehearsal_{run.copy_name}.log"
     written = copies / f"{run.copy_name}.results"  # the results files the run wrote, kept apart
