@@ -198,8 +198,6 @@ NOT_RESULTS = {
     ("t4lib/evidence/rehearse.py", 'open(log, "w")'): "one rehearsal run's papermill log",
     # whole files ("": any write in them)
     ("t4lib/evidence/hub_standins.py", ""): "stand-in checkpoints in a scratch Hugging Face cache, no results",
-    ("t4lib/evidence/rehearsal_startup.py", ""): "its own temporary file and os.replace, in a kernel's startup",
-    ("t4lib/evidence/rehearsal_sitecustomize.py", ""): "its own temporary file and os.replace, at a process's exit",
 }
 _WRITE = re.compile(r"\.write_text\(|\.write_bytes\(|json\.dump\(|\.savefig\(|open\([^()]*(?:\([^()]*\)[^()]*)*,\s*"
                     r"(?:mode=)?[\"'][^\"']*[wxa+]")

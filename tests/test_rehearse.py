@@ -319,6 +319,27 @@ def test_subprocesses_queue_the_cap_for_cudas_first_use_and_report_their_peak(tm
     assert [p["pid"] for p in rehearse.process_peaks(peak_file)] == [3, 12]
 
 
+def test_a_subprocess_that_starts_cuda_is_capped_and_writes_its_peak_at_exit(tmp_path):
+    """The queued hook run as CUDA's initialisation runs it, against a pretend one-GPU torch of 141 GiB: the
+    process is capped at 15 GiB and, at exit, its peak lands in ``<peak file>.proc-<pid>.json``."""
+    site, env = _site(tmp_path)
+    code = ("import os, types, torch, torch.cuda as c\n"
+            "c.device_count = lambda: 1\n"
+            "c.get_device_properties = lambda d: types.SimpleNamespace(total_memory=141 * 2**30)\n"
+            "c.set_per_process_memory_fraction = lambda f, d: print('fraction', round(f * 141, 3), d)\n"
+            "c.max_memory_allocated, c.max_memory_reserved = (lambda d: 2**30), (lambda d: 2**31)\n"
+            "[f() for f, _ in c._queued_calls if getattr(f, '__name__', '') == '_apply_cap']\n"
+            "print('pid', os.getpid())\n")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, **env}, capture_output=True, text=True,
+                       cwd=results.REPO_ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert out["fraction"] == "15.0 0"
+    [peak] = rehearse.process_peaks(Path(env["T4LIB_REHEARSE_PEAK_FILE"]))
+    assert peak["pid"] == int(out["pid"]) and peak["max_reserved"] == 2**31 and peak["budget"] == 15 * 2**30
+    assert peak["argv"] == ["-c"]
+
+
 def test_the_sitecustomize_it_shadows_still_runs(tmp_path):
     site, env = _site(tmp_path)
     other = tmp_path / "other"

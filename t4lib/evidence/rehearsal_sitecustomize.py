@@ -16,31 +16,18 @@ import atexit
 import importlib.abc
 import importlib.machinery
 import importlib.util
-import json
 import os
 import sys
 
 
 def _apply_cap():
     """Runs when CUDA initialises in this process: the cap, and the peak written at exit."""
-    import torch  # here, not at the top: a process that never starts CUDA never imports torch for this
+    # here, not at the top: a process that never starts CUDA never imports torch or t4lib for this
+    from t4lib.evidence import rehearsal_memory
 
-    budget = float(os.environ["T4LIB_REHEARSE_MEM_GIB"]) * 2**30
-    devices = range(torch.cuda.device_count())
-    for d in devices:
-        total = torch.cuda.get_device_properties(d).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), d)
-
-    def write_peak():
-        path = f"{os.environ['T4LIB_REHEARSE_PEAK_FILE']}.proc-{os.getpid()}.json"
-        peak = {"pid": os.getpid(), "argv": sys.argv[:4], "budget": budget,
-                "max_allocated": max(torch.cuda.max_memory_allocated(d) for d in devices),
-                "max_reserved": max(torch.cuda.max_memory_reserved(d) for d in devices)}
-        with open(path + ".tmp", "w") as f:
-            json.dump(peak, f)
-        os.replace(path + ".tmp", path)  # the rehearsal never reads half a file
-
-    atexit.register(write_peak)
+    budget = rehearsal_memory.apply_cap()
+    path = f"{os.environ['T4LIB_REHEARSE_PEAK_FILE']}.proc-{os.getpid()}.json"
+    atexit.register(rehearsal_memory.write_peak, path, budget, pid=os.getpid(), argv=sys.argv[:4])
 
 
 class _AfterTorchCuda(importlib.abc.MetaPathFinder):

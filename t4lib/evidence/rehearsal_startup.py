@@ -3,9 +3,7 @@
 in the notebook's kernel process before the first cell, and only there (other Python processes, the
 rehearsal's own included, never read it). It does nothing unless the rehearsal's variables are set:
 
-* ``T4LIB_REHEARSE_MEM_GIB``: the kernel's CUDA caching allocator may reserve at most this much on each
-  device (``torch.cuda.set_per_process_memory_fraction``), a T4's usable 15 GiB: a cell that needs more
-  raises ``torch.OutOfMemoryError`` as it would on the T4.
+* ``T4LIB_REHEARSE_MEM_GIB``: the kernel's cap on each device (:mod:`t4lib.evidence.rehearsal_memory`).
 * ``T4LIB_REHEARSE_PEAK_FILE``: after every cell, torch's peak allocated and reserved bytes are written
   there (the parent process cannot read another process's allocator; a file written per cell survives a
   kernel killed at the time limit).
@@ -25,16 +23,13 @@ else:
 
 
 def _t4lib_rehearsal():
-    import json  # bound here: this file runs at kernel start
     import os  # bound here: the hook below outlives the module-level names deleted at the end
     import torch  # bound here: this file runs at kernel start
+    from t4lib.evidence import rehearsal_memory  # bound here, as torch
 
     if not torch.cuda.is_available():
         return
-    budget = float(os.environ["T4LIB_REHEARSE_MEM_GIB"]) * 2**30
-    for d in range(torch.cuda.device_count()):
-        total = torch.cuda.get_device_properties(d).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, budget / total), d)
+    budget = rehearsal_memory.apply_cap()
 
     if _notebook is not None and torch.cuda.device_count() < 2:
         checked = _notebook.resolve_profile
@@ -46,14 +41,7 @@ def _t4lib_rehearsal():
         return
 
     def write_peak(*_):
-        devices = range(torch.cuda.device_count())
-        peak = {"max_allocated": max(torch.cuda.max_memory_allocated(d) for d in devices),
-                "max_reserved": max(torch.cuda.max_memory_reserved(d) for d in devices),
-                "budget": budget}
-        tmp = f"{peak_file}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(peak, f)
-        os.replace(tmp, peak_file)  # the parent never reads half a file
+        rehearsal_memory.write_peak(peak_file, budget)
 
     get_ipython().events.register("post_run_cell", write_peak)  # noqa: F821 (IPython's builtin)
 
