@@ -136,7 +136,8 @@ run_notebooks() {
   "$PY" -m t4lib report --out results/README.md >/dev/null
   echo
   echo "Executed notebooks and metrics: $out/   (figure table: results/README.md)"
-  "$PY" -m t4lib report | grep -F "| $slug/" | head -50 || true
+  # awk reads to the end (head would close the pipe on the report and break it mid-print)
+  "$PY" -m t4lib report | grep -F "| $slug/" | awk 'NR <= 50' || true
   if [ ${#failed[@]} -gt 0 ]; then
     echo "FAILED notebooks: ${failed[*]}" >&2
     return 1
