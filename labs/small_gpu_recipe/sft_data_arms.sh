@@ -7,25 +7,11 @@
 #   fresh1_replay  fresh1 with 6000 plain-format problems mixed in
 # Writes $1/sftdata/<arm>_seed<k>.{json,log} and $1/sftdata/env.json (default $1: /tmp/job).
 set -uo pipefail
-out=${1:-/tmp/job}/sftdata
-mkdir -p "$out"
-python3 -c "import json; from t4lib.core import results; print(json.dumps({**results.environment(), 'provenance': results.provenance()}))" > "$out/env.json"
+source "$(dirname "$0")/sft_arms_run.sh"
 declare -A ARMS=(
   [files3]="--traces open_traces.jsonl --epochs 3"
   [fresh1]="--traces procedural:12000 --epochs 1"
   [files3_replay]="--traces open_traces.jsonl --epochs 3 --replay 2000 --replay-from procedural"
   [fresh1_replay]="--traces procedural:12000 --epochs 1 --replay 6000 --replay-from procedural"
 )
-pids=()
-for arm in "${!ARMS[@]}"; do
-  for seed in 0 1 2; do
-    # shellcheck disable=SC2086  # the arm's options are words
-    OMP_NUM_THREADS=1 python3 -m t4lib.train.sft --model small-gpu --base fp32 --method full --lr 3e-4 \
-      --batch-size 32 --seed $seed ${ARMS[$arm]} --eval-sets open_validation_1_2,open_test_1_2,open_test_3_4 \
-      --out "$out/${arm}_seed$seed.json" > "$out/${arm}_seed$seed.log" 2>&1 &
-    pids+=($!)
-  done
-done
-rc=0; for p in "${pids[@]}"; do wait "$p" || rc=1; done
-echo $rc > "$out/rc"
-exit $rc
+run_arms "${1:-/tmp/job}/sftdata" "--method full --lr 3e-4 --batch-size 32" ARMS
