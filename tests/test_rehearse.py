@@ -193,7 +193,7 @@ def test_startup_file_caps_memory_and_lets_kaggle_run_on_one_gpu(tmp_path, monke
     [(event, write_peak)] = hooks
     write_peak(None)
     assert event == "post_run_cell" and json.loads((tmp_path / "peak.json").read_text())["max_reserved"] == 2 * 2**30
-    assert not {"_os", "_notebook", "_t4lib_rehearsal"} & set(ns)  # none of its names left in the kernel's namespace
+    assert not {"_os", "_notebook", "_memory", "_t4lib_rehearsal"} & set(ns)  # none of its names left in the kernel's namespace
 
 
 def test_the_records_a_notebook_writes_are_put_back_and_kept_apart(tmp_path, monkeypatch):

@@ -10,13 +10,12 @@ apply them. Those two files are copied out of the package to run, so they import
 """
 import os
 
-import torch
-
 from t4lib.core import results
 
 
 def apply_cap() -> float:
     """Cap every device at ``T4LIB_REHEARSE_MEM_GIB``; returns the cap in bytes."""
+    import torch  # here: the subprocesses' sitecustomize imports this module in every process, torch only with CUDA
     budget = float(os.environ["T4LIB_REHEARSE_MEM_GIB"]) * 2**30
     for d in range(torch.cuda.device_count()):
         total = torch.cuda.get_device_properties(d).total_memory
@@ -26,6 +25,7 @@ def apply_cap() -> float:
 
 def write_peak(path: str, budget: float, **extra) -> None:
     """torch's peak allocated and reserved bytes in this process (and ``extra``) to ``path``."""
+    import torch  # here, as in apply_cap
     devices = range(torch.cuda.device_count())
     results.write_json(path, {**extra, "budget": budget,
                               "max_allocated": max(torch.cuda.max_memory_allocated(d) for d in devices),

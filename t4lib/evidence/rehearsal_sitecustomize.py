@@ -2,8 +2,8 @@
 contract workers; any worker pool, such as notebook 05's GRPO runs when several run at once):
 :mod:`t4lib.evidence.rehearse` copies this file as ``sitecustomize.py`` into a folder put first on the run's
 ``PYTHONPATH``, so every Python process of the run imports it at start. The kernel itself is left to
-:mod:`t4lib.evidence.rehearsal_startup`; papermill and any process that never touches CUDA pay nothing (torch is
-not imported here).
+:mod:`t4lib.evidence.rehearsal_startup`; papermill and any process that never touches CUDA pay only for
+:mod:`t4lib.evidence.rehearsal_memory`, a few t4lib modules without torch.
 
 In a process that initialises CUDA, and only then (``torch.cuda._lazy_call``: the hook ``manual_seed`` uses
 before CUDA exists), it applies the rehearsal's cap, ``T4LIB_REHEARSE_MEM_GIB`` per device, and at exit writes
@@ -22,9 +22,6 @@ import sys
 
 def _apply_cap():
     """Runs when CUDA initialises in this process: the cap, and the peak written at exit."""
-    # here, not at the top: a process that never starts CUDA never imports torch or t4lib for this
-    from t4lib.evidence import rehearsal_memory
-
     budget = rehearsal_memory.apply_cap()
     path = f"{os.environ['T4LIB_REHEARSE_PEAK_FILE']}.proc-{os.getpid()}.json"
     atexit.register(rehearsal_memory.write_peak, path, budget, pid=os.getpid(), argv=sys.argv[:4])
@@ -63,5 +60,7 @@ def _run_next_sitecustomize():
 # orig_argv holds the command line as given ("python -m ipykernel_launcher -f ...")
 _KERNEL = any("ipykernel" in a for a in getattr(sys, "orig_argv", sys.argv)[:4])
 if os.environ.get("T4LIB_REHEARSE_MEM_GIB") and os.environ.get("T4LIB_REHEARSE_PEAK_FILE") and not _KERNEL:
+    from t4lib.evidence import rehearsal_memory   # torch-free: torch comes only with CUDA
+
     sys.meta_path.insert(0, _AfterTorchCuda())
 _run_next_sitecustomize()

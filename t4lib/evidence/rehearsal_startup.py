@@ -20,16 +20,18 @@ if _os.environ.get("T4LIB_REHEARSE_KAGGLE_ON_ONE_GPU") == "1":
     from t4lib.core import notebook as _notebook
 else:
     _notebook = None
+if _os.environ.get("T4LIB_REHEARSE_MEM_GIB"):
+    from t4lib.evidence import rehearsal_memory as _memory
 
 
 def _t4lib_rehearsal():
     import os  # bound here: the hook below outlives the module-level names deleted at the end
     import torch  # bound here: this file runs at kernel start
-    from t4lib.evidence import rehearsal_memory  # bound here, as torch
+    memory = _memory  # bound here: the hook below outlives the module-level names deleted at the end
 
     if not torch.cuda.is_available():
         return
-    budget = rehearsal_memory.apply_cap()
+    budget = memory.apply_cap()
 
     if _notebook is not None and torch.cuda.device_count() < 2:
         checked = _notebook.resolve_profile
@@ -41,11 +43,12 @@ def _t4lib_rehearsal():
         return
 
     def write_peak(*_):
-        rehearsal_memory.write_peak(peak_file, budget)
+        memory.write_peak(peak_file, budget)
 
     get_ipython().events.register("post_run_cell", write_peak)  # noqa: F821 (IPython's builtin)
 
 
 if _os.environ.get("T4LIB_REHEARSE_MEM_GIB"):
     _t4lib_rehearsal()
+    del _memory
 del _t4lib_rehearsal, _os, _notebook
