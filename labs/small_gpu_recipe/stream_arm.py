@@ -50,7 +50,7 @@ def _words(frame: str) -> set[str]:
 
 
 def rename_forms():
-    """Add RENAME_FORMS to the train split's rename productions, as many draws as the library's own patterns."""
+    """Add RENAME_FORMS to the train split's rename productions, each form as often as one of the library's patterns."""
     base = grammar.productions
     frames = sorted({grammar._tidy(t) for form in RENAME_FORMS
                      for t, _, _ in grammar._expand(grammar._parse(form)[0])})
