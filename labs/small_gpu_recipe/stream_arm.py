@@ -10,8 +10,8 @@ Variants (``--arm``, comma-separated; ``committed`` for none), aimed at the copy
   construction with no verb of renaming is copied unchanged, and five more training constructions (the widened
   stream) did not change that. With many, the cue has to be the two names, not the verb. A frame too close to a
   held-out one (word overlap 0.6 or more) is an error, not a silent leak.
-* ``long_lists``: one numbered, bulleted or plain copy task in seven has 21-28 lines, so the model writes past
-  line 20 (the evaluation runs to 22; numbered lines break at "21.").
+* ``long_lists``: one numbered, bulleted or plain copy task in seven has 21-28 short lines (2-5 words, 550-860
+  tokens at 28 lines), so the model writes past line 20 (the evaluation runs to 22; numbered lines break at "21.").
 
 Usage (on the GPU machine; ``--steps`` for a short trial, any further options go to ``tiny train``):
     python labs/small_gpu_recipe/stream_arm.py --arm rename_forms,long_lists --seed 1 --out /tmp/job/arm
@@ -76,14 +76,21 @@ def rename_forms():
 
 
 def long_lists():
-    base = procedural.copy_size
+    """Lists of 21-28 lines, one in LONG_LIST_SHARE, of 2-5 words a line: at the library's 3-8 words a 28-line task
+    runs to 900-1400 tokens, longer than a 1024-token training row, so it would never be seen whole."""
+    base_size, base_lines = procedural.copy_size, procedural._lines
 
     def copy_size(r: random.Random, kind: str) -> int:
         if kind in ("copy", "bullets", "number") and r.random() < LONG_LIST_SHARE:
             return r.randint(*LONG_LIST_LINES)
-        return base(r, kind)
+        return base_size(r, kind)
 
-    procedural.copy_size = copy_size
+    def lines(r: random.Random, word, n_lines: int) -> list[str]:
+        if n_lines < LONG_LIST_LINES[0]:
+            return base_lines(r, word, n_lines)
+        return [" ".join(word() for _ in range(r.randint(2, 5))) for _ in range(n_lines)]
+
+    procedural.copy_size, procedural._lines = copy_size, lines
 
 
 ARMS = {"committed": lambda: None, "rename_forms": rename_forms, "long_lists": long_lists}
