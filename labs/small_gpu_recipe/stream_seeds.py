@@ -1,11 +1,16 @@
-"""The committed pretraining stream against the widened one (commit 0953e61), seed by seed, every arm judged the
-same way: its saved fp16 checkpoint computed in fp32 on the CPU, greedy, on the whole validation and test splits
-(`python -m t4lib.models.tiny eval --model DIR --preset small-gpu --device cpu --write-record`).
+"""Pretraining streams against seeds, every arm judged the same way: its saved fp16 checkpoint computed in fp32,
+greedy, on the whole validation and test splits. The judgement is either the CPU's
+(`python -m t4lib.models.tiny eval --model DIR --preset small-gpu --device cpu --write-record`) or the training run's
+own, which is the same code on the GPU (`cpu_eval.json`: the two give the same counts for the committed model).
 
-Usage: python labs/small_gpu_recipe/stream_seeds.py NAME=TRAINING_RECORD ...
-A record holds the run's provenance and, under "eval", the CPU judgement. The committed model's seed 0 is read
-from cpu_eval.json beside this file (the same judgement, recorded by cpu_eval.py). Writes stream_seeds.json."""
+Usage: python labs/small_gpu_recipe/stream_seeds.py [--out NAME.json] NAME=SOURCE ...
+A SOURCE is a training record (its provenance and, under "eval", the judgement) or an arm already gathered into a
+lab record beside this file, as FILE.json#ARM. The committed model's seed 0 is read from cpu_eval.json beside this
+file (the same judgement, recorded by cpu_eval.py). Writes stream_seeds.json unless --out names another file
+beside this one. Arms named NAME_seedN are averaged over their seeds under "seed_means"."""
+import argparse
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -39,21 +44,60 @@ def from_record(path: Path) -> dict:
     arm = {split: {key: rec["eval"][split][key] for key in KEYS} for split in ("validation", "test")}
     for split in arm:
         arm[split]["copy_by_kind"] = rec["eval"][split]["copy_by_kind"]
-    arm.update({k: rec[k] for k in RUN_KEYS}, seed=rec["preset_config"]["seed"], record=str(path))
+    arm.update({k: rec[k] for k in RUN_KEYS}, seed=rec["preset_config"]["seed"], record=str(path),
+               stream_arm=rec.get("stream_arm", ["committed"]),
+               judged="CPU, tiny eval --write-record" if "eval_command" in rec else f"the training run, {rec['device']}")
     return arm
 
 
-arms = {"committed_seed0": committed_seed0()}
-for arg in sys.argv[1:]:
-    name, _, path = arg.partition("=")
-    if not path:
-        raise SystemExit(f"argument {arg!r}: expected NAME=TRAINING_RECORD")
-    arms[name] = from_record(Path(path))
-for name, arm in arms.items():
-    arm["validation_score"] = open_eval.score(arm["validation"])
-    print(f"{name:22s} val score {arm['validation_score']:.4f}",
-          {k: (arm["validation"][k]["k"], arm["test"][k]["k"]) for k in KEYS})
-out = HERE / "stream_seeds.json"
-results.write_json(out, dict(results.provenance(), command="python labs/small_gpu_recipe/stream_seeds.py " +
-                             " ".join(sys.argv[1:]), date=results.now(), arms=arms), indent=1)
-print("wrote", out)
+def from_lab_record(source: str) -> dict:
+    file, _, name = source.partition("#")
+    doc = json.loads((HERE / file).read_text())
+    if name not in doc.get("arms", {}):
+        raise SystemExit(f"{source}: {file} has no arm {name!r} (it has {sorted(doc.get('arms', {}))})")
+    return {**doc["arms"][name], "gathered_in": file}
+
+
+def seed_means(arms: dict) -> dict:
+    """Per stream (arms named NAME_seedN): the mean validation score and mean counts, over its seeds."""
+    groups: dict[str, list[dict]] = {}
+    for name, arm in arms.items():
+        m = re.fullmatch(r"(.+)_seed\d+", name)
+        if m:
+            groups.setdefault(m.group(1), []).append(arm)
+    return {g: {"seeds": sorted(a["seed"] for a in group),
+                "validation_score": sum(a["validation_score"] for a in group) / len(group),
+                **{f"{split}/{k}": sum(a[split][k]["k"] for a in group) / len(group)
+                   for split in ("validation", "test") for k in KEYS}}
+            for g, group in groups.items()}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="stream_seeds.json", help="the record to write, beside this file")
+    ap.add_argument("arms", nargs="*", metavar="NAME=SOURCE")
+    a = ap.parse_args(argv)
+    if Path(a.out).name != a.out or not a.out.endswith(".json"):
+        ap.error(f"--out: expected a file name ending in .json, written beside this script, got {a.out!r}")
+    arms = {"committed_seed0": committed_seed0()}
+    for arg in a.arms:
+        name, _, source = arg.partition("=")
+        if not source:
+            ap.error(f"argument {arg!r}: expected NAME=SOURCE")
+        arms[name] = from_lab_record(source) if "#" in source else from_record(Path(source))
+    for name, arm in arms.items():
+        arm["validation_score"] = open_eval.score(arm["validation"])
+        print(f"{name:32s} val score {arm['validation_score']:.4f}",
+              {k: (arm["validation"][k]["k"], arm["test"][k]["k"]) for k in KEYS})
+    means = seed_means(arms)
+    for g, m in means.items():
+        print(f"{g:32s} seeds {m['seeds']} mean val score {m['validation_score']:.4f}")
+    out = HERE / a.out
+    command = "python labs/small_gpu_recipe/stream_seeds.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    results.write_json(out, dict(results.provenance(), command=command, date=results.now(), arms=arms,
+                                 seed_means=means), indent=1)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
