@@ -23,10 +23,8 @@ import torch
 from t4lib import models
 from t4lib.core import results
 from t4lib.models import grammar, procedural, schema
-from t4lib.models.open_eval import _generate
 
-from copy_failures import words
-from rename_wording import LINES, N_TASKS, SEED, WORDINGS
+from rename_wording import LINES, N_TASKS, SEED, WORDINGS, ask, draw_tasks, old_and_new
 
 STEPS, BATCH, LR, MAX_TOKENS, PROBE_SEED = 60, 8, 1e-4, 512, 5
 HELD_OUT_WORDS = {"wherever", "appears", "write", "instead"}
@@ -76,10 +74,7 @@ def batch_loss(model, tok, pairs):
 def judge(model, tok, tasks, labels):
     out = {}
     for label in labels:
-        frame = WORDINGS[label]
-        prompts = [schema.copy_prompt(frame.format(old=old, new=new), d.input) for d, old, new in tasks]
-        lens = [len(tok(d.output, add_special_tokens=False)["input_ids"]) + 16 for d, _, _ in tasks]
-        outs = _generate(model, tok, prompts, lens, 8, "cpu")
+        outs = ask(model, tok, tasks, WORDINGS[label])
         out[label] = sum(o.strip() == d.output.strip() for o, (d, _, _) in zip(outs, tasks))
         print(f"  {label:40s} exact {out[label]}/{len(tasks)}", flush=True)
     return out
@@ -94,12 +89,7 @@ def main(argv=None) -> None:
     torch.manual_seed(PROBE_SEED)
     t = time.time()
     model, tok = models.load("small-gpu", dtype=torch.float32)
-    r = random.Random(SEED)          # rename_wording.py's tasks, drawn the same way
-    tasks = []
-    for _ in range(N_TASKS):
-        d = procedural.render_copy(r, "validation", "rename", size=LINES)
-        tasks.append((d, (set(words(d.input)) - set(words(d.output))).pop(),
-                      (set(words(d.output)) - set(words(d.input))).pop()))
+    tasks = draw_tasks()             # rename_wording.py's tasks
     labels = ["held-out, as evaluated", "'write' -> 'rename it to'", "training wording (control)"]
     frames = wordings()
     print(f"{len(frames)} training wordings, e.g. {frames[0]!r}, {frames[-1]!r}")
@@ -112,11 +102,10 @@ def main(argv=None) -> None:
         for i in range(BATCH):
             if i % 2 == 0:
                 d = procedural.render_copy(tr, "train", "rename", size=(4, 8))
-                old = (set(words(d.input)) - set(words(d.output))).pop()
-                new = (set(words(d.output)) - set(words(d.input))).pop()
-                ask = tr.choice(frames).format(old=old, new=new)   # drawn in both arms: the same tasks and documents
-                ask = ask if a.wordings == "compositional" else d.instruction
-                pairs.append((schema.copy_prompt(ask, d.input), d.output + schema.EOS))
+                old, new = old_and_new(d)
+                request = tr.choice(frames).format(old=old, new=new)   # drawn in both arms: the same tasks and documents
+                request = request if a.wordings == "compositional" else d.instruction
+                pairs.append((schema.copy_prompt(request, d.input), d.output + schema.EOS))
             else:
                 _, p, c = procedural.document(tr, "train")
                 pairs.append((p, c))

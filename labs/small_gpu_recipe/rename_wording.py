@@ -36,22 +36,33 @@ WORDINGS = {
 }
 
 
+def old_and_new(d) -> tuple[str, str]:
+    """A rename task's two names: the word only its input has, and the word only its output has."""
+    return (set(words(d.input)) - set(words(d.output))).pop(), (set(words(d.output)) - set(words(d.input))).pop()
+
+
+def draw_tasks() -> list:
+    """The fresh validation rename tasks every wording is asked on, with their two names."""
+    r = random.Random(SEED)
+    docs = [procedural.render_copy(r, "validation", "rename", size=LINES) for _ in range(N_TASKS)]
+    return [(d, *old_and_new(d)) for d in docs]
+
+
+def ask(model, tok, tasks, frame: str) -> list[str]:
+    """The model's greedy outputs for each task asked in ``frame``."""
+    prompts = [schema.copy_prompt(frame.format(old=old, new=new), d.input) for d, old, new in tasks]
+    lens = [len(tok(d.output, add_special_tokens=False)["input_ids"]) + 16 for d, _, _ in tasks]
+    return _generate(model, tok, prompts, lens, 8, "cpu")
+
+
 def main() -> None:
     torch.set_num_threads(2)
     t = time.time()
     model, tok = models.load("small-gpu", dtype=torch.float32)
-    r = random.Random(SEED)
-    tasks = []
-    for _ in range(N_TASKS):
-        d = procedural.render_copy(r, "validation", "rename", size=LINES)
-        old = (set(words(d.input)) - set(words(d.output))).pop()
-        new = (set(words(d.output)) - set(words(d.input))).pop()
-        tasks.append((d, old, new))
+    tasks = draw_tasks()
     rows = {}
     for label, frame in WORDINGS.items():
-        prompts = [schema.copy_prompt(frame.format(old=old, new=new), d.input) for d, old, new in tasks]
-        lens = [len(tok(d.output, add_special_tokens=False)["input_ids"]) + 16 for d, _, _ in tasks]
-        outs = _generate(model, tok, prompts, lens, 8, "cpu")
+        outs = ask(model, tok, tasks, frame)
         exact = sum(o.strip() == d.output.strip() for o, (d, _, _) in zip(outs, tasks))
         unchanged = sum(sum(old in words(ln) for ln in o.split("\n")) >= sum(old in words(ln) for ln in d.input.split("\n"))
                         for o, (d, old, _) in zip(outs, tasks))
