@@ -10,11 +10,17 @@ Variants (``--arm``, comma-separated; ``committed`` for none), aimed at the copy
   construction with no verb of renaming is copied unchanged, and five more training constructions (the widened
   stream) did not change that. With many, the cue has to be the two names, not the verb. A frame too close to a
   held-out one (word overlap 0.6 or more) is an error, not a silent leak.
+* ``compositional_renames``: rename requests that name the old name in one clause and give the new one through a
+  pronoun in the next ("The code uses {old}; call it {new}."), as many as the library's own rename requests. The
+  model renames only when "rename {old} to {new}" stand together (``rename_wording.json``); a short fine-tune on
+  these wordings took the held-out construction from 0 to 9 of 24 (``rename_probe.json``). The wordings are
+  ``rename_probe.wordings()``: none uses a held-out word, and the same overlap guard applies.
 * ``long_lists``: one numbered, bulleted or plain copy task in seven has 21-28 short lines (2-5 words, 550-860
   tokens at 28 lines), so the model writes past line 20 (the evaluation runs to 22; numbered lines break at "21.").
 
 Usage (on the GPU machine; ``--steps`` for a short trial, any further options go to ``tiny train``):
     python labs/small_gpu_recipe/stream_arm.py --arm rename_forms,long_lists --seed 1 --out /tmp/job/arm
+    python labs/small_gpu_recipe/stream_arm.py --arm compositional_renames,long_lists --seed 0 --out /tmp/job/arm
     python labs/small_gpu_recipe/stream_arm.py --arm rename_forms --show 12    # print train-split renames, no training
 """
 import argparse
@@ -49,11 +55,11 @@ def _words(frame: str) -> set[str]:
     return set(re.findall(r"[a-z]+", frame.lower())) - {"old", "new"}
 
 
-def rename_forms():
-    """Add RENAME_FORMS to the train split's rename productions, each form as often as one of the library's patterns."""
+def _add_rename_frames(frames: list[str], weight: float) -> None:
+    """Add frames to the train split's rename productions, their total weight ``weight`` times the library's rename
+    patterns' train weight, spread evenly. A frame too close to a held-out one (word overlap 0.6 or more) is an
+    error, not a silent leak."""
     base = grammar.productions
-    frames = sorted({grammar._tidy(t) for form in RENAME_FORMS
-                     for t, _, _ in grammar._expand(grammar._parse(form)[0])})
     held = base("copy:rename").heldout
     for f in frames:
         for h in held:
@@ -65,14 +71,26 @@ def rename_forms():
         p = base(slot)
         if slot != "copy:rename":
             return p
-        # each added form weighs as much as one of the library's patterns, spread over its frames
-        share = p.train_cum[-1] / len(grammar.COPY_INSTRUCTIONS["rename"]) * len(RENAME_FORMS) / len(frames)
+        share = p.train_cum[-1] * weight / len(frames)
         cum = list(p.train_cum)
         for _ in frames:
             cum.append(cum[-1] + share)
         return grammar.Productions(p.train + tuple(frames), p.heldout, tuple(cum), p.heldout_cum)
 
     grammar.productions = productions
+
+
+def rename_forms():
+    """Add RENAME_FORMS to the train split's rename productions, each form as often as one of the library's patterns."""
+    frames = sorted({grammar._tidy(t) for form in RENAME_FORMS
+                     for t, _, _ in grammar._expand(grammar._parse(form)[0])})
+    _add_rename_frames(frames, len(RENAME_FORMS) / len(grammar.COPY_INSTRUCTIONS["rename"]))
+
+
+def compositional_renames():
+    """Add rename_probe's clause-separated wordings, together as often as the library's own rename requests."""
+    from rename_probe import wordings       # beside this file; imported only for this arm
+    _add_rename_frames(wordings(), 1.0)
 
 
 def long_lists():
@@ -93,7 +111,8 @@ def long_lists():
     procedural.copy_size, procedural._lines = copy_size, lines
 
 
-ARMS = {"committed": lambda: None, "rename_forms": rename_forms, "long_lists": long_lists}
+ARMS = {"committed": lambda: None, "rename_forms": rename_forms, "compositional_renames": compositional_renames,
+        "long_lists": long_lists}
 
 
 def main(argv=None):
