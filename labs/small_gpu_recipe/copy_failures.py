@@ -1,11 +1,15 @@
 """Where small-gpu's copy tasks fail, by length: numbered lines and renames (the two kinds below 60% on test),
-generated fresh from the validation split at fixed line counts, the base model greedy on the CPU (fp32).
+then bullets (the next lowest), generated fresh from the validation split at fixed line counts, the base model
+greedy on the CPU (fp32).
 
-For each line count: exact matches; for numbered lines, the first line whose number or text is wrong; for
-renames, how many output lines still hold the old name. The training copy tasks have 2-20 lines
-(``procedural.copy_size``) and the evaluation sets 10-22 (``data/build_open.py``). Writes copy_failures.json beside
-this file. Usage (a few minutes on two cores): python labs/small_gpu_recipe/copy_failures.py
+For each line count: exact matches; the first line that is wrong; for renames, how many output lines still hold
+the old name; for bullets and numbered lines, which word of that line is first wrong (0: the line's first word,
+the one whose tokens change when a prefix is put before it). The training copy tasks have 2-20 lines
+(``procedural.copy_size``) and the evaluation sets 10-22 (``data/build_open.py``). Writes copy_failures.json
+(``--kinds number,rename``, the default) or copy_failures_<kinds>.json beside this file. Usage (a few minutes a
+kind on two cores): python labs/small_gpu_recipe/copy_failures.py [--kinds bullets]
 """
+import argparse
 import json
 import random
 import re
@@ -37,13 +41,29 @@ def first_wrong_line(out: str, ref: str) -> int | None:
     return None if len(o) == len(r) else len(r) + 1
 
 
-def main() -> None:
+def first_wrong_word(out: str, ref: str, line: int | None) -> int | None:
+    """0-based index of the first wrong word of a wrong line, after its "- " or "N. " prefix (None: a line missing)."""
+    o, r = out.strip().split("\n"), ref.strip().split("\n")
+    if line is None or line > min(len(o), len(r)):
+        return None
+    ow, rw = o[line - 1].split()[1:], r[line - 1].split()[1:]
+    return next((i for i, (a, b) in enumerate(zip(ow, rw)) if a != b), min(len(ow), len(rw)))
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kinds", default="number,rename", help="comma-separated copy kinds, of number, rename, bullets")
+    a = ap.parse_args(argv)
+    kinds = a.kinds.split(",")
+    for k in kinds:
+        if k not in ("number", "rename", "bullets"):
+            ap.error(f"--kinds: {k!r} is not one of number, rename, bullets")
     torch.set_num_threads(2)
     t = time.time()
     model, tok = models.load("small-gpu", dtype=torch.float32)
     r = random.Random(SEED)
     rows = {}
-    for kind in ("number", "rename"):
+    for kind in kinds:
         for n in LINES:
             docs = [procedural.render_copy(r, "validation", kind, size=(n, n)) for _ in range(PER_SIZE)]
             prompts = [schema.copy_prompt(d.instruction, d.input) for d in docs]
@@ -52,6 +72,9 @@ def main() -> None:
             cell = dict(exact=sum(o.strip() == d.output.strip() for o, d in zip(outs, docs)), n=len(docs),
                         output_tokens=[x - 16 for x in lens])
             cell["first_wrong_line"] = [first_wrong_line(o, d.output) for o, d in zip(outs, docs)]
+            if kind in ("number", "bullets"):
+                cell["first_wrong_word"] = [first_wrong_word(o, d.output, w)
+                                            for o, d, w in zip(outs, docs, cell["first_wrong_line"])]
             if kind == "rename":   # the old name: the word of the input that the reference output no longer has
                 olds = [(set(words(d.input)) - set(words(d.output))).pop() for d in docs]
                 cell["output_lines_with_old_name"] = [sum(old in words(ln) for ln in o.split("\n"))
@@ -60,8 +83,10 @@ def main() -> None:
                                                      for d, old in zip(docs, olds)]
             rows.setdefault(kind, {})[n] = cell
             print(kind, n, f"{cell['exact']}/{cell['n']}", cell["first_wrong_line"], flush=True)
-    out = Path(__file__).with_name("copy_failures.json")
-    doc = dict(results.lab_record("python labs/small_gpu_recipe/copy_failures.py"), seconds=round(time.time() - t, 1),
+    default = a.kinds == "number,rename"
+    out = Path(__file__).with_name("copy_failures.json" if default else f"copy_failures_{'_'.join(kinds)}.json")
+    doc = dict(results.lab_record("python labs/small_gpu_recipe/copy_failures.py"
+                                  + ("" if default else f" --kinds {a.kinds}")), seconds=round(time.time() - t, 1),
                settings=dict(lines=LINES, per_size=PER_SIZE, seed=SEED, split="validation", model="small-gpu",
                              dtype="float32", decoding="greedy"), by_kind=rows)
     out.write_text(json.dumps(doc, indent=1) + "\n")
