@@ -1,5 +1,5 @@
 """Where small-gpu's copy tasks fail, by length: numbered lines and renames (the two kinds below 60% on test),
-then bullets (the next lowest), generated fresh from the validation split at fixed line counts, the base model
+then bullets (the next lowest) and plain copies of the same lines, generated fresh from the validation split at fixed line counts, the base model
 greedy on the CPU (fp32).
 
 For each line count: exact matches; the first line that is wrong; for renames, how many output lines still hold
@@ -41,23 +41,24 @@ def first_wrong_line(out: str, ref: str) -> int | None:
     return None if len(o) == len(r) else len(r) + 1
 
 
-def first_wrong_word(out: str, ref: str, line: int | None) -> int | None:
-    """0-based index of the first wrong word of a wrong line, after its "- " or "N. " prefix (None: a line missing)."""
+def first_wrong_word(out: str, ref: str, line: int | None, prefixed: bool) -> int | None:
+    """0-based index of the first wrong word of a wrong line, after its "- " or "N. " prefix where ``prefixed``
+    (None: a line missing)."""
     o, r = out.strip().split("\n"), ref.strip().split("\n")
     if line is None or line > min(len(o), len(r)):
         return None
-    ow, rw = o[line - 1].split()[1:], r[line - 1].split()[1:]
+    ow, rw = (x[line - 1].split()[int(prefixed):] for x in (o, r))
     return next((i for i, (a, b) in enumerate(zip(ow, rw)) if a != b), min(len(ow), len(rw)))
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kinds", default="number,rename", help="comma-separated copy kinds, of number, rename, bullets")
+    ap.add_argument("--kinds", default="number,rename", help="comma-separated copy kinds, of number, rename, bullets, copy")
     a = ap.parse_args(argv)
     kinds = a.kinds.split(",")
     for k in kinds:
-        if k not in ("number", "rename", "bullets"):
-            ap.error(f"--kinds: {k!r} is not one of number, rename, bullets")
+        if k not in ("number", "rename", "bullets", "copy"):
+            ap.error(f"--kinds: {k!r} is not one of number, rename, bullets, copy")
     torch.set_num_threads(2)
     t = time.time()
     model, tok = models.load("small-gpu", dtype=torch.float32)
@@ -72,8 +73,8 @@ def main(argv=None) -> None:
             cell = dict(exact=sum(o.strip() == d.output.strip() for o, d in zip(outs, docs)), n=len(docs),
                         output_tokens=[x - 16 for x in lens])
             cell["first_wrong_line"] = [first_wrong_line(o, d.output) for o, d in zip(outs, docs)]
-            if kind in ("number", "bullets"):
-                cell["first_wrong_word"] = [first_wrong_word(o, d.output, w)
+            if kind in ("number", "bullets", "copy"):
+                cell["first_wrong_word"] = [first_wrong_word(o, d.output, w, kind != "copy")
                                             for o, d, w in zip(outs, docs, cell["first_wrong_line"])]
             if kind == "rename":   # the old name: the word of the input that the reference output no longer has
                 olds = [(set(words(d.input)) - set(words(d.output))).pop() for d in docs]
