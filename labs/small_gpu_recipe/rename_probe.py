@@ -71,6 +71,44 @@ def batch_loss(model, tok, pairs):
     return (loss * m[:, 1:].reshape(-1)).sum() / m[:, 1:].sum()
 
 
+def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS) -> list[float]:
+    """The probe's fine-tune: ``steps`` AdamW steps of BATCH, half train-split renames of 4-8 lines asked in
+    ``frames`` (``arm`` "compositional") or in the library's own wording ("library"), half pretraining documents.
+    Both arms draw the same tasks, frames and documents. "compositional_mixed" asks its renames as
+    "compositional" does and gives every other document's place to another kind of copy task (4-14 lines), so
+    that the renames are not the only copy practice. Returns the batch losses."""
+    other_kinds = [k for k in procedural.COPY_KINDS if k != "rename"]
+    tr = random.Random(PROBE_SEED)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    model.train()
+    losses = []
+    for step in range(steps):
+        pairs = []
+        for i in range(BATCH):
+            if i % 2 == 0:
+                d = procedural.render_copy(tr, "train", "rename", size=(4, 8))
+                old, new = old_and_new(d)
+                request = tr.choice(frames).format(old=old, new=new)   # drawn in both arms: the same tasks and documents
+                request = d.instruction if arm == "library" else request
+                pairs.append((schema.copy_prompt(request, d.input), d.output + schema.EOS))
+            elif arm == "compositional_mixed" and i % 4 == 3:
+                kind = tr.choices(other_kinds, weights=[procedural.COPY_WEIGHTS[k] for k in other_kinds])[0]
+                d = procedural.render_copy(tr, "train", kind, size=(4, 14))
+                pairs.append((schema.copy_prompt(d.instruction, d.input), d.output + schema.EOS))
+            else:
+                _, p, c = procedural.document(tr, "train")
+                pairs.append((p, c))
+        loss = batch_loss(model, tok, pairs)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(round(loss.item(), 4))
+        if step % 10 == 0:
+            print(f"step {step} loss {loss.item():.3f}", flush=True)
+    model.eval()
+    return losses
+
+
 def judge(model, tok, tasks, labels):
     out = {}
     for label in labels:
@@ -93,30 +131,7 @@ def main(argv=None) -> None:
     labels = ["held-out, as evaluated", "'write' -> 'rename it to'", "training wording (control)"]
     frames = wordings()
     print(f"{len(frames)} training wordings, e.g. {frames[0]!r}, {frames[-1]!r}")
-    tr = random.Random(PROBE_SEED)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    model.train()
-    losses = []
-    for step in range(STEPS):
-        pairs = []
-        for i in range(BATCH):
-            if i % 2 == 0:
-                d = procedural.render_copy(tr, "train", "rename", size=(4, 8))
-                old, new = old_and_new(d)
-                request = tr.choice(frames).format(old=old, new=new)   # drawn in both arms: the same tasks and documents
-                request = request if a.wordings == "compositional" else d.instruction
-                pairs.append((schema.copy_prompt(request, d.input), d.output + schema.EOS))
-            else:
-                _, p, c = procedural.document(tr, "train")
-                pairs.append((p, c))
-        loss = batch_loss(model, tok, pairs)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(round(loss.item(), 4))
-        if step % 10 == 0:
-            print(f"step {step} loss {loss.item():.3f}", flush=True)
-    model.eval()
+    losses = fine_tune(model, tok, a.wordings, frames)
     print("after the probe's fine-tune:")
     after = judge(model, tok, tasks, labels)
     before = json.loads(Path(__file__).with_name("rename_wording.json").read_text())["by_wording"]
