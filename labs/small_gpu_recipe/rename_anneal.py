@@ -7,7 +7,8 @@ committed model's own counts under the same judgement (``cpu_eval.json``). The c
 fine-tunes on the train split's own rename wordings; ``compositional_mixed`` gives a quarter of each batch to the
 other copy kinds, which the renames-only fine-tune lets slip.
 
-Writes rename_anneal.json (one arm a run) beside this file. Usage (about seventeen minutes an arm on two cores):
+Writes rename_anneal.json (one arm a run) beside this file. Usage (the compositional arm took 26 minutes on two
+cores shared with the test suite; rename_anneal.json records each arm's seconds):
     python labs/small_gpu_recipe/rename_anneal.py --wordings compositional
     python labs/small_gpu_recipe/rename_anneal.py --wordings library
     python labs/small_gpu_recipe/rename_anneal.py --wordings compositional_mixed
