@@ -63,35 +63,40 @@ def batch_loss(model, tok, pairs):
         mask.append(([0] * len(a) + [1] * len(b))[:MAX_TOKENS])
     n = max(map(len, ids))
     pad = tok.pad_token_id
-    x = torch.tensor([s + [pad] * (n - len(s)) for s in ids])
-    m = torch.tensor([s + [0] * (n - len(s)) for s in mask], dtype=torch.float32)
-    logits = model(input_ids=x, attention_mask=(torch.arange(n)[None] < torch.tensor([len(s) for s in ids])[:, None])
-                   .long()).logits[:, :-1]
+    dev = next(model.parameters()).device
+    x = torch.tensor([s + [pad] * (n - len(s)) for s in ids], device=dev)
+    m = torch.tensor([s + [0] * (n - len(s)) for s in mask], dtype=torch.float32, device=dev)
+    lengths = torch.tensor([len(s) for s in ids], device=dev)
+    logits = model(input_ids=x, attention_mask=(torch.arange(n, device=dev)[None] < lengths[:, None]).long()).logits[:, :-1]
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), x[:, 1:].reshape(-1), reduction="none")
     return (loss * m[:, 1:].reshape(-1)).sum() / m[:, 1:].sum()
 
 
-def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS) -> list[float]:
-    """The probe's fine-tune: ``steps`` AdamW steps of BATCH, half train-split renames of 4-8 lines asked in
+def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: float = LR, batch: int = BATCH,
+              seed: int = PROBE_SEED, decay: bool = False) -> list[float]:
+    """The probe's fine-tune: ``steps`` AdamW steps of ``batch``, half train-split renames of 4-8 lines asked in
     ``frames`` (``arm`` "compositional") or in the library's own wording ("library"), half pretraining documents.
     Both arms draw the same tasks, frames and documents. "compositional_mixed" asks its renames as
     "compositional" does and gives every other document's place to another kind of copy task (4-14 lines), so
-    that the renames are not the only copy practice. Returns the batch losses."""
+    that the renames are not the only copy practice ("library_mixed": the same with the library's wording).
+    ``decay``: the rate falls linearly to zero over the steps
+    (an anneal) instead of staying at ``lr``. Runs where the model's weights are. Returns the batch losses."""
     other_kinds = [k for k in procedural.COPY_KINDS if k != "rename"]
-    tr = random.Random(PROBE_SEED)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
+    tr = random.Random(seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, (lambda s: 1 - s / steps) if decay else (lambda s: 1.0))
     model.train()
     losses = []
     for step in range(steps):
         pairs = []
-        for i in range(BATCH):
+        for i in range(batch):
             if i % 2 == 0:
                 d = procedural.render_copy(tr, "train", "rename", size=(4, 8))
                 old, new = old_and_new(d)
                 request = tr.choice(frames).format(old=old, new=new)   # drawn in both arms: the same tasks and documents
-                request = d.instruction if arm == "library" else request
+                request = d.instruction if arm.startswith("library") else request
                 pairs.append((schema.copy_prompt(request, d.input), d.output + schema.EOS))
-            elif arm == "compositional_mixed" and i % 4 == 3:
+            elif arm.endswith("_mixed") and i % 4 == 3:
                 kind = tr.choices(other_kinds, weights=[procedural.COPY_WEIGHTS[k] for k in other_kinds])[0]
                 d = procedural.render_copy(tr, "train", kind, size=(4, 14))
                 pairs.append((schema.copy_prompt(d.instruction, d.input), d.output + schema.EOS))
@@ -102,6 +107,7 @@ def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS) -> li
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
         losses.append(round(loss.item(), 4))
         if step % 10 == 0:
             print(f"step {step} loss {loss.item():.3f}", flush=True)
