@@ -12,8 +12,8 @@ The corpus extra (Faker, english-words: 10 MB of wheels) and the model's weights
 tree a GPU machine is sent, and the fine-tune needs Faker only for the entity pools: ``--save-pools FILE`` writes
 ``pools.pools()`` where the extra is installed, and ``--pools FILE`` reads it back in place of building it.
 
-Arms (``ARMS``): the rename mixture (``rename_probe.fine_tune``'s arm), steps, peak rate, and whether the rate
-decays linearly to zero. The arm with the best validation score (``open_eval.score``, the pretraining arms' rule)
+Arms (``ARMS``): the mixture (``rename_probe.fine_tune``'s arm), steps, peak rate, whether the rate decays linearly
+to zero, and the batch. The arm with the best validation score (``open_eval.score``, the pretraining arms' rule)
 would be the one a recipe takes; test counts are recorded beside it, not used to choose.
 """
 import argparse
@@ -33,30 +33,42 @@ from cpu_eval import KEYS
 from rename_probe import BATCH, PROBE_SEED, fine_tune, wordings
 
 HERE = Path(__file__).parent
-ARMS = {  # name: (fine_tune arm, steps, peak lr, linear decay)
-    "committed": (None, 0, 0.0, False),
-    "compositional_mixed_60": ("compositional_mixed", 60, 1e-4, False),   # rename_anneal.py's mixed arm, on a GPU
-    "compositional_mixed_300_decay": ("compositional_mixed", 300, 1e-4, True),
-    "compositional_mixed_300_decay_lr3e-5": ("compositional_mixed", 300, 3e-5, True),
-    "compositional_mixed_1000_decay": ("compositional_mixed", 1000, 1e-4, True),
-    "library_mixed_300_decay": ("library_mixed", 300, 1e-4, True),
+ARMS = {  # name: (fine_tune arm, steps, peak lr, linear decay, batch[, prompt tokens' loss weight])
+    "committed": (None, 0, 0.0, False, BATCH),
+    "compositional_mixed_60": ("compositional_mixed", 60, 1e-4, False, BATCH),   # rename_anneal.py's mixed arm
+    "compositional_mixed_300_decay": ("compositional_mixed", 300, 1e-4, True, BATCH),
+    "compositional_mixed_300_decay_lr3e-5": ("compositional_mixed", 300, 3e-5, True, BATCH),
+    "compositional_mixed_1000_decay": ("compositional_mixed", 1000, 1e-4, True, BATCH),
+    "library_mixed_300_decay": ("library_mixed", 300, 1e-4, True, BATCH),
+    # pretraining ends at 1e-4 (a tenth of its peak) on batches of 64 x 1024 tokens, prompts weighed 0.25: do
+    # larger batches, or the decay to zero alone on pretraining documents and its loss, help where batches of
+    # eight did not?
+    "compositional_mixed_300_decay_b64": ("compositional_mixed", 300, 1e-4, True, 64),
+    "documents_300_decay_b64": ("documents", 300, 1e-4, True, 64, 0.25),
+    "documents_1000_decay_b64": ("documents", 1000, 1e-4, True, 64, 0.25),
 }
 
 
 def run_arm(name: str, seed: int, device: str, n: int | None = None) -> dict:
-    arm, steps, lr, decay = ARMS[name]
+    arm, steps, lr, decay, batch, *rest = ARMS[name]
+    prompt_weight = rest[0] if rest else 0.0
     torch.manual_seed(seed)
     t = time.time()
     model, tok = models.load("small-gpu", dtype=torch.float32, device=device)
-    losses = fine_tune(model, tok, arm, wordings(), steps=steps, lr=lr, batch=BATCH, seed=seed, decay=decay) \
+    tf32 = batch > BATCH and device == "cuda"    # the large-batch arms train with TF32 matmuls (judged in fp32)
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    losses = fine_tune(model, tok, arm, wordings(), steps=steps, lr=lr, batch=batch, seed=seed, decay=decay,
+                       prompt_weight=prompt_weight) \
         if steps else []
+    torch.backends.cuda.matmul.allow_tf32 = False
     t_train = time.time() - t
     model.half().float()                  # judged as a training run's saved fp16 checkpoint is
     ev = {split: open_eval.evaluate(model, tok, split, device, n=n) for split in ("validation", "test")}
     return dict(results.lab_record(f"python labs/small_gpu_recipe/anneal_sweep.py --arm {name} --seed {seed}"),
-                arm=name, seed=seed, settings=dict(mixture=arm, steps=steps, lr=lr, decay=decay, batch=BATCH,
-                                                   dtype="float32, weights rounded to fp16 before judging",
-                                                   decoding="greedy"),
+                arm=name, seed=seed,
+                settings=dict(mixture=arm, steps=steps, lr=lr, decay=decay, batch=batch, prompt_weight=prompt_weight,
+                              training_matmul="tf32" if tf32 else "fp32",
+                              dtype="float32, weights rounded to fp16 before judging", decoding="greedy"),
                 train_seconds=round(t_train, 1), seconds=round(time.time() - t, 1),
                 validation_score=open_eval.score(ev["validation"]),
                 counts={f"{s}/{k}": [ev[s][k]["k"], ev[s][k]["n"]] for s in ev for k in KEYS},

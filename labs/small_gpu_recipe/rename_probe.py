@@ -53,14 +53,14 @@ def wordings() -> list[str]:
     return out
 
 
-def batch_loss(model, tok, pairs):
+def batch_loss(model, tok, pairs, prompt_weight: float = 0.0):
     ids, mask = [], []
     for p, c in pairs:
         a = tok(p, add_special_tokens=False)["input_ids"]
         b = tok(c, add_special_tokens=False)["input_ids"]
         x = (a + b)[:MAX_TOKENS]
         ids.append(x)
-        mask.append(([0] * len(a) + [1] * len(b))[:MAX_TOKENS])
+        mask.append(([prompt_weight] * len(a) + [1] * len(b))[:MAX_TOKENS])
     n = max(map(len, ids))
     pad = tok.pad_token_id
     dev = next(model.parameters()).device
@@ -73,12 +73,14 @@ def batch_loss(model, tok, pairs):
 
 
 def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: float = LR, batch: int = BATCH,
-              seed: int = PROBE_SEED, decay: bool = False) -> list[float]:
+              seed: int = PROBE_SEED, decay: bool = False, prompt_weight: float = 0.0) -> list[float]:
     """The probe's fine-tune: ``steps`` AdamW steps of ``batch``, half train-split renames of 4-8 lines asked in
     ``frames`` (``arm`` "compositional") or in the library's own wording ("library"), half pretraining documents.
     Both arms draw the same tasks, frames and documents. "compositional_mixed" asks its renames as
     "compositional" does and gives every other document's place to another kind of copy task (4-14 lines), so
-    that the renames are not the only copy practice ("library_mixed": the same with the library's wording).
+    that the renames are not the only copy practice ("library_mixed": the same with the library's wording);
+    "documents" draws pretraining documents alone. ``prompt_weight``: the loss weight of prompt tokens (0: the
+    completion alone; pretraining weighs them 0.25).
     ``decay``: the rate falls linearly to zero over the steps
     (an anneal) instead of staying at ``lr``. Runs where the model's weights are. Returns the batch losses."""
     other_kinds = [k for k in procedural.COPY_KINDS if k != "rename"]
@@ -90,7 +92,10 @@ def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: f
     for step in range(steps):
         pairs = []
         for i in range(batch):
-            if i % 2 == 0:
+            if arm == "documents":                       # continued pretraining alone: no task practised
+                _, p, c = procedural.document(tr, "train")
+                pairs.append((p, c))
+            elif i % 2 == 0:
                 d = procedural.render_copy(tr, "train", "rename", size=(4, 8))
                 old, new = old_and_new(d)
                 request = tr.choice(frames).format(old=old, new=new)   # drawn in both arms: the same tasks and documents
@@ -103,7 +108,7 @@ def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: f
             else:
                 _, p, c = procedural.document(tr, "train")
                 pairs.append((p, c))
-        loss = batch_loss(model, tok, pairs)
+        loss = batch_loss(model, tok, pairs, prompt_weight)
         opt.zero_grad()
         loss.backward()
         opt.step()
