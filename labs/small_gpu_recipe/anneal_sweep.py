@@ -13,8 +13,9 @@ tree a GPU machine is sent, and the fine-tune needs Faker only for the entity po
 ``pools.pools()`` where the extra is installed, and ``--pools FILE`` reads it back in place of building it.
 
 Arms (``ARMS``): the mixture (``rename_probe.fine_tune``'s arm), steps, peak rate, whether the rate decays linearly
-to zero, and the batch. The arm with the best validation score (``open_eval.score``, the pretraining arms' rule)
-would be the one a recipe takes; test counts are recorded beside it, not used to choose.
+to zero, the batch, and the loss weight of prompt tokens. The arm with the best validation score
+(``open_eval.score``, the pretraining arms' rule) would be the one a recipe takes; test counts are recorded beside
+it, not used to choose.
 """
 import argparse
 import dataclasses
@@ -33,25 +34,24 @@ from cpu_eval import KEYS
 from rename_probe import BATCH, PROBE_SEED, fine_tune, wordings
 
 HERE = Path(__file__).parent
-ARMS = {  # name: (fine_tune arm, steps, peak lr, linear decay, batch[, prompt tokens' loss weight])
-    "committed": (None, 0, 0.0, False, BATCH),
-    "compositional_mixed_60": ("compositional_mixed", 60, 1e-4, False, BATCH),   # rename_anneal.py's mixed arm
-    "compositional_mixed_300_decay": ("compositional_mixed", 300, 1e-4, True, BATCH),
-    "compositional_mixed_300_decay_lr3e-5": ("compositional_mixed", 300, 3e-5, True, BATCH),
-    "compositional_mixed_1000_decay": ("compositional_mixed", 1000, 1e-4, True, BATCH),
-    "library_mixed_300_decay": ("library_mixed", 300, 1e-4, True, BATCH),
+ARMS = {  # name: (fine_tune arm, steps, peak lr, linear decay, batch, prompt tokens' loss weight)
+    "committed": (None, 0, 0.0, False, BATCH, 0.0),
+    "compositional_mixed_60": ("compositional_mixed", 60, 1e-4, False, BATCH, 0.0),   # rename_anneal.py's mixed arm
+    "compositional_mixed_300_decay": ("compositional_mixed", 300, 1e-4, True, BATCH, 0.0),
+    "compositional_mixed_300_decay_lr3e-5": ("compositional_mixed", 300, 3e-5, True, BATCH, 0.0),
+    "compositional_mixed_1000_decay": ("compositional_mixed", 1000, 1e-4, True, BATCH, 0.0),
+    "library_mixed_300_decay": ("library_mixed", 300, 1e-4, True, BATCH, 0.0),
     # pretraining ends at 1e-4 (a tenth of its peak) on batches of 64 x 1024 tokens, prompts weighed 0.25: do
     # larger batches, or the decay to zero alone on pretraining documents and its loss, help where batches of
     # eight did not?
-    "compositional_mixed_300_decay_b64": ("compositional_mixed", 300, 1e-4, True, 64),
+    "compositional_mixed_300_decay_b64": ("compositional_mixed", 300, 1e-4, True, 64, 0.0),
     "documents_300_decay_b64": ("documents", 300, 1e-4, True, 64, 0.25),
     "documents_1000_decay_b64": ("documents", 1000, 1e-4, True, 64, 0.25),
 }
 
 
 def run_arm(name: str, seed: int, device: str, n: int | None = None) -> dict:
-    arm, steps, lr, decay, batch, *rest = ARMS[name]
-    prompt_weight = rest[0] if rest else 0.0
+    arm, steps, lr, decay, batch, prompt_weight = ARMS[name]
     torch.manual_seed(seed)
     t = time.time()
     model, tok = models.load("small-gpu", dtype=torch.float32, device=device)

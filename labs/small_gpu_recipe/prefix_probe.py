@@ -24,7 +24,7 @@ from t4lib.models import grammar, procedural, schema
 from t4lib.models.open_eval import _generate
 
 from copy_failures import PER_SIZE, SEED, first_wrong_line, first_wrong_word
-from rename_probe import BATCH, LR, MAX_TOKENS, PROBE_SEED, STEPS, batch_loss
+from rename_probe import BATCH, LR, MAX_TOKENS, PROBE_SEED, STEPS, train
 
 LINES = (6, 10, 14, 18)
 PSEUDO_WORDS = 0.4         # the preset's share of made-up words in copy tasks
@@ -59,10 +59,8 @@ def main(argv=None) -> None:
     before = judge(model, tok, tasks)
     print(f"before: exact {before['exact']}/{before['n']}, at the first word {before['failures_at_first_word']}", flush=True)
     tr = random.Random(PROBE_SEED)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0)
-    model.train()
-    losses = []
-    for step in range(STEPS):
+
+    def draw():
         pairs = []
         for i in range(BATCH):
             if i % 2 == 0:
@@ -76,14 +74,8 @@ def main(argv=None) -> None:
             else:
                 _, p, c = procedural.document(tr, "train")
                 pairs.append((p, c))
-        loss = batch_loss(model, tok, pairs)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(round(loss.item(), 4))
-        if step % 10 == 0:
-            print(f"step {step} loss {loss.item():.3f}", flush=True)
-    model.eval()
+        return pairs
+    losses = train(model, tok, draw)
     after = judge(model, tok, tasks)
     print(f"after: exact {after['exact']}/{after['n']}, at the first word {after['failures_at_first_word']}")
     arm = dict(results.lab_record(f"python labs/small_gpu_recipe/prefix_probe.py --tasks {a.tasks}"),

@@ -72,24 +72,41 @@ def batch_loss(model, tok, pairs, prompt_weight: float = 0.0):
     return (loss * m[:, 1:].reshape(-1)).sum() / m[:, 1:].sum()
 
 
-def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: float = LR, batch: int = BATCH,
-              seed: int = PROBE_SEED, decay: bool = False, prompt_weight: float = 0.0) -> list[float]:
-    """The probe's fine-tune: ``steps`` AdamW steps of ``batch``, half train-split renames of 4-8 lines asked in
-    ``frames`` (``arm`` "compositional") or in the library's own wording ("library"), half pretraining documents.
-    Both arms draw the same tasks, frames and documents. "compositional_mixed" asks its renames as
-    "compositional" does and gives every other document's place to another kind of copy task (4-14 lines), so
-    that the renames are not the only copy practice ("library_mixed": the same with the library's wording);
-    "documents" draws pretraining documents alone. ``prompt_weight``: the loss weight of prompt tokens (0: the
-    completion alone; pretraining weighs them 0.25).
-    ``decay``: the rate falls linearly to zero over the steps
-    (an anneal) instead of staying at ``lr``. Runs where the model's weights are. Returns the batch losses."""
-    other_kinds = [k for k in procedural.COPY_KINDS if k != "rename"]
-    tr = random.Random(seed)
+def train(model, tok, draw, steps: int = STEPS, lr: float = LR, decay: bool = False,
+          prompt_weight: float = 0.0) -> list[float]:
+    """``steps`` AdamW steps, each on the (prompt, completion) pairs ``draw()`` returns. ``decay``: the rate falls
+    linearly to zero over the steps (an anneal) instead of staying at ``lr``. ``prompt_weight``: the loss weight of
+    prompt tokens (0: the completion alone; pretraining weighs them 0.25). Runs where the model's weights are.
+    Returns the batch losses."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, (lambda s: 1 - s / steps) if decay else (lambda s: 1.0))
     model.train()
     losses = []
     for step in range(steps):
+        loss = batch_loss(model, tok, draw(), prompt_weight)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(round(loss.item(), 4))
+        if step % 10 == 0:
+            print(f"step {step} loss {loss.item():.3f}", flush=True)
+    model.eval()
+    return losses
+
+
+def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: float = LR, batch: int = BATCH,
+              seed: int = PROBE_SEED, decay: bool = False, prompt_weight: float = 0.0) -> list[float]:
+    """The probe's fine-tune (``train``): batches of ``batch``, half train-split renames of 4-8 lines asked in
+    ``frames`` (``arm`` "compositional") or in the library's own wording ("library"), half pretraining documents.
+    Both arms draw the same tasks, frames and documents. "compositional_mixed" asks its renames as
+    "compositional" does and gives every other document's place to another kind of copy task (4-14 lines), so
+    that the renames are not the only copy practice ("library_mixed": the same with the library's wording);
+    "documents" draws pretraining documents alone."""
+    other_kinds = [k for k in procedural.COPY_KINDS if k != "rename"]
+    tr = random.Random(seed)
+
+    def draw():
         pairs = []
         for i in range(batch):
             if arm == "documents":                       # continued pretraining alone: no task practised
@@ -108,16 +125,8 @@ def fine_tune(model, tok, arm: str, frames: list[str], steps: int = STEPS, lr: f
             else:
                 _, p, c = procedural.document(tr, "train")
                 pairs.append((p, c))
-        loss = batch_loss(model, tok, pairs, prompt_weight)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        sched.step()
-        losses.append(round(loss.item(), 4))
-        if step % 10 == 0:
-            print(f"step {step} loss {loss.item():.3f}", flush=True)
-    model.eval()
-    return losses
+        return pairs
+    return train(model, tok, draw, steps, lr, decay, prompt_weight)
 
 
 def judge(model, tok, tasks, labels):
