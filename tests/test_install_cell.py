@@ -236,6 +236,7 @@ def test_colab_env_check_installs_from_the_checkout_it_is_given(tmp_path, monkey
     monkeypatch.delitem(sys.modules, "google.colab", raising=False)
     monkeypatch.setenv("T4LIB_GIT", "unset by the test")  # restored afterwards; colab_kernel sets it
     monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(metadata, "requires", _not_installed)  # a fresh runtime: no t4lib yet
     pip = _Pip()
     monkeypatch.setattr(subprocess, "run", pip)
 
@@ -249,6 +250,69 @@ def test_colab_env_check_installs_from_the_checkout_it_is_given(tmp_path, monkey
     assert "google.colab" not in sys.modules  # presented to the install cell only
     assert [s for s, _ in failed] == ["import no_such_module_of_t4lib"]
     assert failed[0][1].startswith("ModuleNotFoundError")
+
+
+def _not_installed(name):
+    raise metadata.PackageNotFoundError(name)
+
+
+def _installed(requirements: list[str], versions: dict[str, str]):
+    """Stand-ins for importlib.metadata's ``requires`` and ``version``: t4lib installed with ``requirements``
+    (its metadata's form, ``'trl; extra == "train"'``), and ``versions`` the distributions present."""
+    def requires(name):
+        if name != "t4lib":
+            raise metadata.PackageNotFoundError(name)
+        return requirements
+
+    def version(name):
+        if name not in versions:
+            raise metadata.PackageNotFoundError(name)
+        return versions[name]
+    return requires, version
+
+
+_T4LIB_REQUIRES = ['torch>=2.1', 'numpy', 'matplotlib; extra == "notebooks"', 'transformers>=5.0; extra == "train"',
+                   'trl; extra == "train"', 'gguf>=0.10; extra == "gguf"']
+
+
+@pytest.mark.parametrize("present, wanted", [
+    ({"torch": "2.13.0", "numpy": "2.0", "matplotlib": "3.9"}, ["trl"]),  # an earlier notebook's extras only
+    ({"torch": "2.13.0", "numpy": "2.0", "matplotlib": "3.9", "transformers": "4.57.1", "trl": "0.20"},
+     ["transformers 4.57.1 (needs >=5.0)"]),  # the runtime's own transformers, below the floor
+], ids=["extra-missing", "extra-too-old"])
+def test_install_cell_installs_missing_extras_although_t4lib_is_there(tmp_path, monkeypatch, present, wanted, capsys):
+    """Keyed on what is installed, not on a folder: in the Kaggle loop of the README an earlier notebook left ./t4lib
+    and an install of t4lib with its own extras; a later notebook that imports more installs them, from ./t4lib."""
+    (tmp_path / "t4lib").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("KAGGLE_KERNEL_RUN_TYPE", "Batch")
+    monkeypatch.setenv("T4LIB_GIT", str(tmp_path / "elsewhere"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    requires, version = _installed(_T4LIB_REQUIRES, present)
+    monkeypatch.setattr(metadata, "requires", requires)
+    monkeypatch.setattr(metadata, "version", version)
+    pip = _Pip()
+    monkeypatch.setattr(subprocess, "run", pip)
+    exec(notebook.install_cell(("notebooks", "train")), {})
+    assert pip.calls == [[sys.executable, "-m", "pip", "install", "-q", "-c", "torch-constraint.txt",
+                          "-e", "./t4lib[notebooks,train]"]]  # no clone, no copy: ./t4lib is reused
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t4lib", "torch-constraint.txt"]
+    out = capsys.readouterr().out
+    assert all(w in out for w in wanted) and f"from {tmp_path / 't4lib'}" in out
+    assert sys.path[0] == str(tmp_path / "t4lib")
+
+
+def test_install_cell_installs_nothing_when_t4lib_and_its_extras_are_there(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(sys.modules, "google.colab", sys)  # any module: the cell only asks whether it is there
+    requires, version = _installed(_T4LIB_REQUIRES, {"torch": "2.13.0", "numpy": "2.0", "matplotlib": "3.9",
+                                                     "transformers": "5.12.0", "trl": "0.20"})
+    monkeypatch.setattr(metadata, "requires", requires)
+    monkeypatch.setattr(metadata, "version", version)
+    pip = _Pip()
+    monkeypatch.setattr(subprocess, "run", pip)
+    exec(notebook.install_cell(("notebooks", "train")), {})  # gguf is not asked for: its absence does not count
+    assert pip.calls == [] and list(tmp_path.iterdir()) == []
 
 
 def test_a_local_checkout_alone_does_not_make_the_cell_install(tmp_path, monkeypatch):

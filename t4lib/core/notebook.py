@@ -14,32 +14,63 @@ REPOSITORY_URL = "https://github.com/t4lib/t4lib"
 
 # The first code cell of every notebook is ``install_cell(extras)`` verbatim, with the extras of pyproject.toml
 # that the notebook imports (tests/test_install_cell.py derives them from the notebook's imports and compares).
-# It cannot import t4lib (it is what installs it), so the URL is spelled out. It keeps the runtime's torch
-# (a pip constraint pins the installed version), says what it installs, and offline (Kaggle with the internet
-# off) installs from attached wheels: T4LIB_GIT names a copy of the repository, T4LIB_WHEELS a folder of wheels.
+# It cannot import t4lib (it is what installs it), so the URL is spelled out. It is keyed on what is installed, not
+# on a folder: it asks the installed t4lib's metadata for the requirements of its core and of those extras and
+# installs only when one is missing or outside its range (t4lib itself, or an extra that a notebook run earlier in
+# the same folder did not ask for), reusing ./t4lib when it is there. It keeps the runtime's torch (a pip
+# constraint pins the installed version), says what it installs, and offline (Kaggle with the internet off)
+# installs from attached wheels: T4LIB_GIT names a copy of the repository, T4LIB_WHEELS a folder of wheels.
 # `bash run_all.sh test` runs it, as committed, in a fresh Colab-like environment from the checkout under test
-# (tests/colab_env_check.py: google.colab presented to the cell only, T4LIB_GIT naming a copy of the checkout).
+# (tests/colab_env_check.py: google.colab presented to the cell only, T4LIB_GIT naming a copy of the checkout),
+# and runs the Kaggle loop of the README (several notebooks, one folder) in a fresh environment.
 def install_cell(extras=()) -> str:
     """The install cell for a notebook whose imports need ``extras`` (names of pyproject.toml's extras)."""
     extras = sorted(set(extras))
     spec = "./t4lib" + (f"[{','.join(extras)}]" if extras else "")
     return f"""\
 # Colab / Kaggle: install t4lib with the extras this notebook imports ({", ".join(extras) or "none"}), keeping the
-# runtime's torch; kernels are built from source on first use. Elsewhere this cell does nothing.
+# runtime's torch; kernels are built from source on first use. It installs only what is missing (a notebook run
+# earlier in this folder may have installed t4lib with other extras). Elsewhere this cell does nothing.
 import os, shutil, subprocess, sys
-if ("google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ) and not os.path.isdir("t4lib"):
-    from importlib.metadata import version
-    src, wheels = os.environ.get("T4LIB_GIT", "{REPOSITORY_URL}"), os.environ.get("T4LIB_WHEELS")
-    if os.path.isdir(src):
-        shutil.copytree(src, "t4lib")
-    else:
-        subprocess.run(["git", "clone", "--depth", "1", src, "t4lib"], check=True)
-    with open("torch-constraint.txt", "w") as f:
-        f.write(f"torch=={{version('torch')}}\\n")
-    offline = ["--no-index", "--find-links", wheels, "--no-build-isolation"] if wheels else []
-    print(f"t4lib: pip install {spec} from {{src}} (torch {{version('torch')}} kept){{' offline from ' + wheels if wheels else ''}}")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", "torch-constraint.txt", *offline, "-e", "{spec}"], check=True)
-    sys.path.insert(0, os.path.abspath("t4lib"))"""
+if "google.colab" in sys.modules or "KAGGLE_KERNEL_RUN_TYPE" in os.environ:
+    from importlib.metadata import PackageNotFoundError, requires, version
+    try:
+        from packaging.requirements import Requirement
+    except ImportError:  # pip vendors packaging
+        from pip._vendor.packaging.requirements import Requirement
+
+    def _t4lib_missing(extras):
+        try:
+            reqs = [Requirement(r) for r in requires("t4lib") or []]
+        except PackageNotFoundError:
+            return ["t4lib"]
+        missing = []
+        for r in reqs:
+            if r.marker is None or any(r.marker.evaluate({{"extra": e}}) for e in ("", *extras)):
+                try:
+                    if not r.specifier.contains(version(r.name), prereleases=True):
+                        missing.append(f"{{r.name}} {{version(r.name)}} (needs {{r.specifier}})")
+                except PackageNotFoundError:
+                    missing.append(r.name)
+        return missing
+
+    missing = _t4lib_missing({extras!r})
+    if missing:
+        src, wheels = os.environ.get("T4LIB_GIT", "{REPOSITORY_URL}"), os.environ.get("T4LIB_WHEELS")
+        if os.path.isdir("t4lib"):
+            src = os.path.abspath("t4lib")
+        elif os.path.isdir(src):
+            shutil.copytree(src, "t4lib")
+        else:
+            subprocess.run(["git", "clone", "--depth", "1", src, "t4lib"], check=True)
+        with open("torch-constraint.txt", "w") as f:
+            f.write(f"torch=={{version('torch')}}\\n")
+        offline = ["--no-index", "--find-links", wheels, "--no-build-isolation"] if wheels else []
+        print(f"t4lib: missing {{', '.join(missing)}}; pip install {spec} from {{src}} (torch {{version('torch')}} kept)"
+              f"{{' offline from ' + wheels if wheels else ''}}")
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-c", "torch-constraint.txt", *offline, "-e", "{spec}"], check=True)
+    if os.path.isdir("t4lib") and os.path.abspath("t4lib") not in sys.path:
+        sys.path.insert(0, os.path.abspath("t4lib"))"""
 
 
 PROFILES = ("auto", "cpu", "gpu", "t4", "kaggle-2xt4")
