@@ -443,3 +443,58 @@ def test_benchmark_pipeline_in_process_writes_valid_results(tmp_path):
     assert {"contract/shape01/optimized/speedup", "contract/geomean_speedup/optimized",
             "contract/shape14/reduced_judge_failures"} <= names
     assert C.Plan.load(tmp_path / "contract_plan.json").entries
+
+
+def _good_record(path):
+    from t4lib.core import results
+
+    fig = results.figure("contract/geomean_speedup/optimized", 1.5, "x", "ARITHMETIC", "test", note="kept")
+    return results.write(path, [fig], profile="gpu", producer=__file__)
+
+
+def test_every_worker_failing_never_replaces_a_good_record_and_exits_non_zero(tmp_path, monkeypatch, capsys):
+    from t4lib import cli
+    from t4lib.benchmarks import contract as bench
+
+    good = _good_record(tmp_path / "contract_benchmark.json").read_bytes()
+    calls = []
+
+    def failing_spawn(target, payload, *, timeout=600.0, env=None):
+        calls.append(target)
+        return {"error": f"{target} exited with status 1", "stderr_tail": "boom"}
+
+    monkeypatch.setattr(bench.timing, "spawn", failing_spawn)
+    assert cli.main(["bench", "contract", "--out", str(tmp_path)]) == 1
+    assert (tmp_path / "contract_benchmark.json").read_bytes() == good
+    assert len(calls) == 5  # calibration, three measurement processes, shape 14
+    err = capsys.readouterr().err
+    assert "measured nothing" in err and "measurement process 3" in err and "shape 14" in err
+    assert bench.main(["--out", str(tmp_path)]) == 1
+    assert (tmp_path / "contract_benchmark.json").read_bytes() == good
+
+
+def test_failures_of_every_kind_are_counted_in_one_place(tmp_path, monkeypatch):
+    from t4lib.benchmarks import contract as bench
+    from t4lib.core import results
+
+    def broken(p):
+        raise RuntimeError("worker broke")
+
+    monkeypatch.setattr(bench, "long_worker", broken)  # shape 14 fails, shape 1 is measured
+    _good_record(tmp_path / "contract_benchmark.json")
+    with pytest.raises(RuntimeError, match="(?s)failed in part.*shape 14: RuntimeError: worker broke"):
+        bench.run(tmp_path, profile="cpu", processes=0, ids=[1], compile_peer=False, warmup=0, reps=2, rounds=2,
+                  calib_config={"warmup": 0, "reps": 2}, progress=lambda *_: None)
+    doc = results.read_results(tmp_path / "contract_benchmark.json")
+    assert doc["errors"] == ["shape 14: RuntimeError: worker broke"]
+    names = {f["name"]: f for f in doc["figures"]}
+    assert "contract/shape01/optimized/speedup" in names
+    assert names["contract/geomean_speedup/optimized"]["value"] != 1.5  # re-measured, not carried
+    doc2 = bench.summarize(S.CPU_SHAPES, [1], {"error": "calibration broke"},
+                           [{"error": "process broke"}, {"results": [{"shape": 1, "error": "shape broke"}]}],
+                           {"error": "long broke", "reduced_error": "reduced broke"},
+                           plan_path=tmp_path / "p.json", quick=True, protocol={}, profile="cpu")
+    assert doc2["figures"] == [] and doc2["meta"]["summary"]["strict_failures_total"] is None
+    assert doc2["meta"]["errors"] == ["calibration: calibration broke", "measurement process 1: process broke",
+                                      "shape 1 (measurement process 2): shape broke", "shape 14: long broke",
+                                      "shape 14 reduced check: reduced broke"]

@@ -309,8 +309,34 @@ def _geomean(xs):
     return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
 
 
+def failures(cal: dict, meas: list[dict], lres: dict | None) -> list[str]:
+    """Every failure of a run, in one list: a worker process that failed, a shape that failed to
+    calibrate or measure, a peer that failed to compile, shape 14 or its reduced check."""
+    errs = []
+    if cal.get("error"):
+        errs.append(f"calibration: {cal['error']}")
+    errs += [f"calibration of shape {r.get('shape')}: {r['error']}" for r in cal.get("reports", []) if r.get("error")]
+    for i, m in enumerate(meas):
+        if m.get("error"):
+            errs.append(f"measurement process {i + 1}: {m['error']}")
+        for r in m.get("results", []):
+            if r.get("error"):
+                errs.append(f"shape {r.get('shape')} (measurement process {i + 1}): {r['error']}")
+            if (r.get("compiled") or {}).get("error"):
+                errs.append(f"shape {r.get('shape')} compiled peer (measurement process {i + 1}): "
+                            f"{r['compiled']['error']}")
+    if lres is not None:
+        for k, what in (("error", "shape 14"), ("reduced_error", "shape 14 reduced check")):
+            if lres.get(k):
+                errs.append(f"{what}: {lres[k]}")
+    return errs
+
+
 def summarize(table, ids, cal, meas, lres, *, plan_path, quick, protocol, profile) -> dict:
-    """Aggregate the workers' dicts into figures and a per-shape table."""
+    """Aggregate the workers' dicts into figures and a per-shape table.
+
+    ``meta["errors"]`` lists every failure (:func:`failures`); a run that measured nothing (no shape
+    timed, no shape-14 result) has no figures, so that it never replaces a good record."""
     env = cal.get("env") or next((m["env"] for m in meas if "env" in m), None) or _env()
     figs, rows = [], []
     m_by_id = {s.id: s for s in table}
@@ -373,10 +399,11 @@ def summarize(table, ids, cal, meas, lres, *, plan_path, quick, protocol, profil
     sp_opt = [r["optimized"]["speedup"] for r in rows if "speedup" in r.get("optimized", {})]
     sp_cmp = [r["compiled"]["speedup"] for r in rows if "speedup" in r.get("compiled", {})]
     complete = len(sp_opt) == len(ids)
+    sf_all = [v for r in rows for v in r["strict_failures"] if v is not None]
     summary = {
         "shapes": len(ids), "shapes_timed": len(sp_opt),
         "geomean_speedup_optimized": _geomean(sp_opt), "geomean_speedup_compiled": _geomean(sp_cmp),
-        "strict_failures_total": int(sum(v for r in rows for v in r["strict_failures"] if v is not None)),
+        "strict_failures_total": int(sum(sf_all)) if sf_all else None,
         "p90_regressions": [r["shape"]["id"] for r in rows if r.get("optimized", {}).get("p90_not_worse") is False],
         "calibration_s": cal.get("calibration_s"),
     }
@@ -389,11 +416,14 @@ def summarize(table, ids, cal, meas, lres, *, plan_path, quick, protocol, profil
                                    "ARITHMETIC", SOURCE, env=env, shapes=len(sp_cmp),
                                    note="torch.compile (regional, default mode) of the reference; unweighted "
                                         "geometric mean of per-shape speedups over the eager reference"))
-    figs.append(results.figure("contract/strict_failures_total", summary["strict_failures_total"], "elements",
-                               "MEASURED", SOURCE, env=env))
-    figs.append(results.figure("contract/p90_regressions", len(summary["p90_regressions"]), "shapes", "ARITHMETIC",
-                               SOURCE, env=env, shapes_list=summary["p90_regressions"],
-                               note="shapes whose optimized p90 (median over processes) exceeds the reference's"))
+    if summary["strict_failures_total"] is not None:  # only what was checked: a failed run checked nothing
+        figs.append(results.figure("contract/strict_failures_total", summary["strict_failures_total"], "elements",
+                                   "MEASURED", SOURCE, env=env))
+    if sp_opt:
+        figs.append(results.figure("contract/p90_regressions", len(summary["p90_regressions"]), "shapes",
+                                   "ARITHMETIC", SOURCE, env=env, shapes_list=summary["p90_regressions"],
+                                   note="shapes whose optimized p90 (median over processes) exceeds the "
+                                        "reference's"))
     if summary["calibration_s"] is not None:
         figs.append(results.figure("contract/calibration_time", summary["calibration_s"], "s", "MEASURED", SOURCE,
                                    env=env, note="all shapes, excluded from latency"))
@@ -423,20 +453,35 @@ def summarize(table, ids, cal, meas, lres, *, plan_path, quick, protocol, profil
     meta = {"profile": profile, "quick": quick, "protocol": protocol, "summary": summary, "shapes": rows,
             "calibration": cal.get("reports", []), "calibration_error": cal.get("error"),
             "plan_file": str(plan_path), "long_context": long_meta,
-            "process_errors": [m.get("error") for m in meas if m.get("error")],
+            "errors": failures(cal, meas, lres),
             "contract": {"dtype": "float16" if profile == "gpu" else "float32",
                          "strict": "|a-r| <= 1e-3 or |a-r| <= 1e-2 |r|", "judge": "atol 2e-3, rtol 2e-2",
                          "bench_seed": BENCH_SEED, "calibration_seeds": list(CALIB_SEEDS)}}
+    measured_long = lres is not None and ("wall_s" in lres or "reduced" in lres)
+    if not sp_opt and not any(r.get("reference") for r in rows) and not measured_long:
+        figs = []  # estimates and a calibration time alone are no record of this benchmark
     return {"figures": figs, "meta": meta}
 
 
 def run(out_dir=None, **kw) -> list[dict]:
     """Run the GPU benchmark and write ``<out_dir>/contract_benchmark.json``
-    (default ``results/<device-slug>/``); returns the figures."""
+    (default ``results/<device-slug>/``); returns the figures.
+
+    Raises RuntimeError listing the failures when any step failed: a run that measured nothing writes
+    nothing (a good record stays as it was); one that failed part-way writes what it measured, the
+    previous figures of the rest carried over and its ``errors`` beside them, then raises."""
     out_dir = Path(out_dir) if out_dir else results.results_dir() / hw.device_slug()
     kw.setdefault("profile", "gpu")
     doc = benchmark(out_dir, **kw)
-    results.write(out_dir / "contract_benchmark.json", doc["figures"], **doc["meta"])
+    errs = doc["meta"]["errors"]
+    path = out_dir / "contract_benchmark.json"
+    if not doc["figures"]:
+        raise RuntimeError(f"the contract benchmark measured nothing; {path} left as it was. Failures:\n  "
+                           + "\n  ".join(errs or ["(none recorded)"]))
+    results.write(path, doc["figures"], **doc["meta"])
+    if errs:
+        raise RuntimeError(f"the contract benchmark failed in part ({len(errs)} failures, recorded in {path} "
+                           "beside the figures it measured):\n  " + "\n  ".join(errs))
     return doc["figures"]
 
 
@@ -450,8 +495,12 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", default="gpu", choices=("gpu", "cpu"))
     a = ap.parse_args(argv)
     ids = [int(v) for v in a.shapes.split(",")] if a.shapes else None
-    figs = run(a.out, quick=a.quick, ids=ids, compile_peer=not a.no_compile, long_context=not a.no_long,
-               profile=a.profile)
+    try:
+        figs = run(a.out, quick=a.quick, ids=ids, compile_peer=not a.no_compile, long_context=not a.no_long,
+                   profile=a.profile)
+    except RuntimeError as e:
+        print(e, file=sys.stderr)
+        return 1
     for f in figs:
         if "geomean" in f["name"] or "total" in f["name"] or "shape14" in f["name"] or "regress" in f["name"]:
             print(f"{f['name']}: {f['value']} {f['unit']}")
