@@ -124,7 +124,7 @@ run_notebooks() {
     # what it ran at (metadata "t4lib": commit, dirty, sources hash, profile, device), taken before it started.
     dest="$out/$(basename "$nb")"
     partial="${dest%.ipynb}.partial.ipynb"   # papermill wants the .ipynb suffix
-    prov=$("$PY" -m t4lib.core.notebook provenance "$PROFILE")
+    prov=$("$PY" -m t4lib.core.notebook provenance "$PROFILE" "$nb")
     if papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
          "$nb" "$partial" \
        && "$PY" -m t4lib.core.notebook stamp "$partial" "$prov"; then

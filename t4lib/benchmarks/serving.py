@@ -219,7 +219,7 @@ def _section(path: Path, measures, note: str, figs: list[dict] | None = None) ->
         except Exception as e:
             errors.append(f"{label}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=3)}")
             torch.cuda.empty_cache()
-    results.write(path, figs, errors=errors, note=note)
+    results.write(path, figs, producer=__file__, errors=errors, note=note)
     return figs
 
 

@@ -529,7 +529,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     details["verify_cost_s"] = curves
     details["mean_draft_len"] = k_mean
 
-    path = results.write(out_dir / file_name, figs, errors=errors, details=_jsonable(details),
+    path = results.write(out_dir / file_name, figs, producer=__file__, errors=errors, details=_jsonable(details),
                          protocol=__doc__.split("Protocol: ")[1].strip(), target=target, draft=draft,
                          prompts=n_prompts, max_new=max_new, prompt_set=prompt_set)
     log(f"wrote {path}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from t4lib.core import hw, results
+from t4lib.core.provenance import changed_since, provenance_of
 
 # The one repository URL; pyproject.toml's [project.urls] Repository declares the same (tested).
 REPOSITORY_URL = "https://github.com/t4lib/t4lib"
@@ -122,32 +123,33 @@ def figure(device: str, file: str, name: str) -> dict:
 STAMP_KEY = "t4lib"
 
 
-def run_provenance(profile: str) -> dict[str, Any]:
-    """What a notebook run is about to execute at: commit, dirty tree, sources hash (``results.provenance``), the
-    profile asked for and the one it resolves to here, and the device. Taken before the run, stamped after it."""
+def run_provenance(profile: str, notebook: str | Path) -> dict[str, Any]:
+    """What a notebook run is about to execute at: schema, commit, dirty tree, the notebook (``producer``) and its
+    closure (its code cells and everything they import: ``t4lib.core.provenance``), the profile asked for and the
+    one it resolves to here, and the device. Taken before the run, stamped after it."""
     try:
         resolved = resolve_profile(profile)
     except (ValueError, RuntimeError) as e:
         resolved = f"unresolved: {e}"
-    return {**results.provenance(), "profile": profile, "profile_resolved": resolved,
+    return {**provenance_of(notebook), "profile": profile, "profile_resolved": resolved,
             "device": hw.device_info()["name"], "device_slug": hw.device_slug(), "started": results.now()}
 
 
 def stamp(path: str | Path, before: dict[str, Any]) -> dict[str, Any]:
     """Write ``metadata["t4lib"]`` into the executed notebook at ``path`` (atomically): the provenance ``before``
     (:func:`run_provenance`, taken before the run) and the time it finished. Sources edited while it ran are said
-    so (``sources_sha256_after``, ``dirty``: True), never passed off as the ones it started with. Returns the stamp."""
+    so (``closure_after``, ``dirty``: True), never passed off as the ones it started with. Returns the stamp."""
     path = Path(path)
     nb = json.loads(path.read_text(encoding="utf-8"))
     if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
         raise ValueError(f"path: {path} is not a notebook (no 'cells' list)")
-    missing = [k for k in ("commit", "dirty", "sources_sha256", "profile", "device") if k not in before]
+    missing = [k for k in ("schema", "commit", "dirty", "producer", "closure", "profile", "device") if k not in before]
     if missing:
         raise ValueError(f"before: missing {missing} (take it with run_provenance before the run)")
     mark = {**before, "finished": results.now()}
-    after = results.provenance()
-    if after["sources_sha256"] != before["sources_sha256"]:
-        mark.update(sources_sha256_after=after["sources_sha256"], dirty=True)
+    after = provenance_of(before["producer"])
+    if after["closure"] != before["closure"]:
+        mark.update(closure_after=after["closure"], dirty=True)
     if after["commit"] != before["commit"]:
         mark["commit_after"] = after["commit"]
     nb.setdefault("metadata", {})[STAMP_KEY] = mark
@@ -156,18 +158,30 @@ def stamp(path: str | Path, before: dict[str, Any]) -> dict[str, Any]:
     return mark
 
 
+def stamp_status(meta: dict[str, Any] | None) -> str:
+    """``current``, ``changed since: <files>`` or ``not recorded`` for an executed notebook's stamp."""
+    if not meta or "closure" not in meta:
+        return "not recorded"
+    changed = changed_since(meta.get("closure"), meta.get("producer"))
+    if changed == ["(closure not recorded)"]:
+        return "not recorded"
+    if meta.get("closure_after") is not None:
+        return "changed during the run"
+    return "changed since: " + ", ".join(changed) if changed else "current"
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m t4lib.core.notebook provenance PROFILE`` prints :func:`run_provenance` as JSON;
+    """``python -m t4lib.core.notebook provenance PROFILE NOTEBOOK`` prints :func:`run_provenance` as JSON;
     ``python -m t4lib.core.notebook stamp NOTEBOOK JSON`` stamps an executed notebook with it (run_all.sh does both
     around each papermill run)."""
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) == 2 and argv[0] == "provenance":
-        print(json.dumps(run_provenance(argv[1])))
+    if len(argv) == 3 and argv[0] == "provenance":
+        print(json.dumps(run_provenance(argv[1], argv[2])))
         return 0
     if len(argv) == 3 and argv[0] == "stamp":
         stamp(argv[1], json.loads(argv[2]))
         return 0
-    print("usage: python -m t4lib.core.notebook provenance PROFILE | stamp NOTEBOOK PROVENANCE_JSON", file=sys.stderr)
+    print("usage: python -m t4lib.core.notebook provenance PROFILE NOTEBOOK | stamp NOTEBOOK PROVENANCE_JSON", file=sys.stderr)
     return 2
 
 

@@ -12,12 +12,14 @@ from other figures. A results file is ``{"schema": 1, "provenance": {...},
 "figures": [...], ...}``; ``validate_file`` checks one and the test suite checks
 every file under ``results/``.
 
-``provenance`` ties a file to the code it was measured with: the git commit
-(and whether tracked files differed from it) and the GPU verification ledger's
-sources hash (:mod:`t4lib.core.provenance`). Every file carries it (validation rejects
-one without); a file written before provenance existed, whose commit git history
-cannot establish, says so with the explicit value ``"unrecorded"``. ``report`` marks
-the figures whose sources changed since, and those whose provenance is unrecorded.
+``provenance`` ties a file to the code it was measured with (:mod:`t4lib.core.provenance`): the git commit,
+whether tracked files differed from it, the unit that produced it (``producer``: a benchmark module, a
+notebook, a lab script; one that does not exist is an error at write time) and that unit's closure
+(``{path: fingerprint}`` of everything it imports and the kernels it binds). Every file carries it
+(validation rejects one without); a file is current while its producer's closure today has the same
+fingerprints, and otherwise names the files that changed (:func:`provenance_status`). A file written before
+closures existed, whose sources cannot be established, carries a closure of ``"unrecorded"`` fingerprints
+and is never current.
 
 Every file is written whole or not at all (:func:`atomic_write_text`): a
 temporary file beside it, renamed over it. A run that fails part-way keeps
@@ -39,8 +41,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable
 
-from t4lib.core.provenance import current_sources_sha256, git_commit
 from t4lib.core import hw, telemetry
+from t4lib.core import provenance as _prov
+from t4lib.core.provenance import changed_since, git_commit, provenance_of, valid_closure
 
 TAGS = ("MEASURED", "ESTIMATED", "ARITHMETIC")
 SCHEMA_VERSION = 1
@@ -74,10 +77,14 @@ def environment() -> dict[str, Any]:
     }
 
 
-def provenance() -> dict[str, Any]:
-    """What a results file was measured with: commit, dirty tree, ledger sources hash."""
-    commit, dirty = git_commit()
-    return {"commit": commit, "dirty": dirty, "sources_sha256": current_sources_sha256()}
+def provenance(producer: str | os.PathLike) -> dict[str, Any]:
+    """What a results file is measured with: schema, commit, dirty tree, the producer and its closure
+    (:func:`t4lib.core.provenance.provenance_of`; ValueError naming ``producer`` when it does not exist)."""
+    return provenance_of(producer)
+
+
+# Units whose values are times, rates or ratios of them: a negative value is a measuring error, never a result.
+NON_NEGATIVE_UNITS = ("us", "ms", "s", "min", "x", "tokens/s", "GB/s", "TFLOP/s", "MHz", "W", "GiB", "MiB")
 
 
 def figure(name: str, value: float, unit: str, tag: str, source: str, *,
@@ -118,6 +125,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """:func:`atomic_write_text` for bytes (a plot, say)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     # created by open() so that it takes the umask's permissions, as a plain write would
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
@@ -133,6 +141,35 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
             pass
         raise
     return path
+
+
+_TMP = re.compile(r"\.(?P<name>.+)\.(?P<pid>\d+)\.[0-9a-f]{8}\.tmp")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:   # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files an interrupted write to ``path`` left beside it (``.<name>.<pid>.<hex>.tmp``
+    of a process that no longer runs on this machine); returns what it removed."""
+    path = Path(path)
+    gone = []
+    for p in path.parent.glob(f".{path.name}.*.tmp") if path.parent.is_dir() else ():
+        m = _TMP.fullmatch(p.name)
+        if m and m["name"] == path.name and not _alive(int(m["pid"])):
+            try:
+                p.unlink()
+                gone.append(p)
+            except OSError:
+                pass
+    return gone
 
 
 def save_figure(fig, path: str | os.PathLike, **savefig_kw: Any) -> Path:
@@ -184,9 +221,13 @@ def carried_over(old: dict[str, Any], measured: set[str]) -> list[dict[str, Any]
     return [{**f, "carried_over": f.get("carried_over") or mark} for f in old["figures"] if f["name"] not in measured]
 
 
-def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, merge: bool | None = None,
-          **meta: Any) -> Path:
+def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, producer: str | os.PathLike,
+          merge: bool | None = None, **meta: Any) -> Path:
     """Validate and write a results file (atomically: :func:`atomic_write_text`); returns its path.
+
+    ``producer``: the unit that measured the figures (``__file__`` of a benchmark module, a notebook's path
+    relative to the repository); its closure is recorded, and a producer that does not exist is a ValueError
+    before anything is written.
 
     ``merge``: keep the figures of the existing file whose names this call does not re-measure
     (:func:`carried_over`). None (the default) merges when ``meta["errors"]`` is non-empty: a benchmark that
@@ -195,7 +236,7 @@ def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, merge: 
     the file stays as it was."""
     path = Path(path)
     figs = list(figures)
-    doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(), **meta, "figures": figs}
+    doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(producer), **meta, "figures": figs}
     validate(doc)
     if merge is None:
         merge = bool(meta.get("errors"))
@@ -232,19 +273,27 @@ def validate(doc: dict[str, Any]) -> None:
             raise ValueError(f"{where}: value must be a number or string")
         if isinstance(v, float) and not math.isfinite(v):
             raise ValueError(f"{where}: value is not finite")
+        if isinstance(v, (int, float)) and v < 0 and f["unit"] in NON_NEGATIVE_UNITS:
+            raise ValueError(f"{where}: a negative {f['unit']} ({v}) is a measuring error, not a result")
         if not isinstance(f["throttle"], list) or not isinstance(f["clocks"], dict):
             raise ValueError(f"{where}: 'throttle' must be a list and 'clocks' a dict")
 
 
-def _validate_provenance(prov: Any) -> None:
+def _validate_provenance(prov: Any, where: str = "provenance") -> None:
     if prov is None:
-        raise ValueError("provenance missing: every results file records the commit and sources hash it was measured "
-                         f"on (results.write adds them; {UNRECORDED!r} where they cannot be established)")
+        raise ValueError(f"{where} missing: every record carries the commit, the producer and its closure "
+                         "(results.write adds them)")
     if not isinstance(prov, dict) or not isinstance(prov.get("commit"), str) or not prov["commit"]:
-        raise ValueError(f"provenance must be a dict with a 'commit' string, got {prov!r}")
-    sources = prov.get("sources_sha256")
-    if sources != UNRECORDED and not re.fullmatch(r"[0-9a-f]{64}", str(sources)):
-        raise ValueError(f"provenance.sources_sha256 must be a sha256 hex digest or {UNRECORDED!r}, got {sources!r}")
+        raise ValueError(f"{where} must be a dict with a 'commit' string, got {prov!r}")
+    if prov.get("schema") != _prov.SCHEMA:
+        raise ValueError(f"{where}.schema must be {_prov.SCHEMA} (closures per unit), got {prov.get('schema')!r}")
+    if not isinstance(prov.get("dirty"), bool):
+        raise ValueError(f"{where}.dirty must be true or false, got {prov.get('dirty')!r}")
+    if not isinstance(prov.get("producer"), str) or not prov["producer"]:
+        raise ValueError(f"{where}.producer must name the unit that produced the record, got {prov.get('producer')!r}")
+    if not valid_closure(prov.get("closure")):
+        raise ValueError(f"{where}.closure must be a non-empty {{path: fingerprint}} of the producer's sources, "
+                         f"got {str(prov.get('closure'))[:200]!r}")
 
 
 def validate_file(path: str | os.PathLike) -> None:
@@ -264,7 +313,7 @@ LAYOUT_MD = """\
 ## Layout
 
 - `results/<device-slug>/` (for example `nvidia-h200/`, `cpu/`): the figures (`*.json` with `"figures"`, written
-  through `t4lib.core.results.write`, each file with its `provenance`: commit and ledger sources hash) and the
+  through `t4lib.core.results.write`, each file with its `provenance`: commit, producer and its closure) and the
   notebooks executed on that device, with their plots. Companion documents a benchmark writes beside its
   figures (such as `contract_plan.json`) stay with them.
 - `results/<device-slug>/logs/`: the logs the figures, the notebooks and this page cite (compute-sanitizer, Nsight
@@ -275,19 +324,35 @@ LAYOUT_MD = """\
 
 Experiments outside the package (the labs: launch-shape sweeps, ablations, recipe sweeps) keep their records
 beside their scripts in the repository, not here; each record carries at least `device`, `commit` (its source is
-that commit's version of the script), `command`, `date` and `sources_sha256` (`unrecorded` in records written
-before labs recorded it), and the library reads none of them. A lab named on
+that commit's version of the script), `command`, `date` and `provenance` (the script's closure: which library
+code and kernels it measured), and the library reads none of them. A lab named on
 this page (the `gemv` lab, say) is the repository folder of that name among them.
 """
 
-LAB_KEYS = ("device", "commit", "command", "date", "sources_sha256")
+LAB_KEYS = ("device", "commit", "command", "date", "provenance")
+_SCRIPT = re.compile(r"(?:^|\s)(?:python3?|bash)\s+(?:-u\s+)?(?:-m\s+([\w.]+)|(\S+\.(?:py|sh)))")
 
 
-def lab_record(command: str) -> dict[str, Any]:
-    """The fields every lab record starts with: the device, the commit, the command, the date, and the hash of
-    the kernel sources the ledger verifies (which kernels ran)."""
-    return {"device": hw.device_info()["name"], "commit": git_commit()[0], "command": command, "date": now(),
-            "sources_sha256": current_sources_sha256()}
+def lab_producer(command: str) -> str:
+    """The script (or ``-m`` module) a lab's command line runs first: the unit whose closure its record carries.
+    ValueError naming ``command`` when it runs none that exists in the repository."""
+    for mod, script in _SCRIPT.findall(command or ""):
+        name = mod or script
+        try:
+            return _prov.rel(_prov.resolve_unit(name))
+        except ValueError:
+            continue
+    raise ValueError(f"command: {command!r} runs no script or module of this repository (python PATH.py, "
+                     "python -m MODULE, bash PATH.sh); pass producer= to lab_record")
+
+
+def lab_record(command: str, producer: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The fields every lab record starts with: the device, the commit, the command, the date, and the provenance
+    of the script it ran (``producer``, by default the one ``command`` runs): its closure says which library code
+    and kernels the lab measured."""
+    prov = provenance(producer if producer is not None else lab_producer(command))
+    return {"device": hw.device_info()["name"], "commit": prov["commit"], "command": command, "date": now(),
+            "provenance": prov}
 
 
 def validate_lab(doc: Any, where: str = "lab record") -> None:
@@ -297,9 +362,7 @@ def validate_lab(doc: Any, where: str = "lab record") -> None:
     missing = [k for k in LAB_KEYS if not doc.get(k)]
     if missing:
         raise ValueError(f"{where}: missing {missing} (every lab record carries {list(LAB_KEYS)})")
-    if doc["sources_sha256"] != UNRECORDED and not re.fullmatch(r"[0-9a-f]{64}", str(doc["sources_sha256"])):
-        raise ValueError(f"{where}: sources_sha256 must be a sha256 hex digest or {UNRECORDED!r}, "
-                         f"got {doc['sources_sha256']!r}")
+    _validate_provenance(doc["provenance"], f"{where}: provenance")
     if not isinstance(doc["device"], str):
         raise ValueError(f"{where}: device must be a string, got {doc['device']!r}")
     if not re.fullmatch(r"[0-9a-f]{7,40}", str(doc["commit"])):
@@ -326,44 +389,58 @@ def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str
     for p in sorted(root.rglob("*.json")):
         if "verification" in p.parts:
             continue
-        doc = json.loads(p.read_text())
+        try:
+            doc = json.loads(p.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise ValueError(f"{p}: not a readable JSON results file ({e})") from None
         if isinstance(doc, dict) and "figures" in doc:
             out.append((p, doc))
     return out
 
 
-def provenance_status(doc: dict[str, Any], current: str | None = None) -> str:
-    """``current`` (measured on today's sources), ``sources changed since <commit>``, or
-    ``no provenance`` (written before files recorded it, its sources hash ``unrecorded``: not tied to a ledger).
-    A file is current only when the figures it carries over from an earlier run are too."""
-    prov = doc.get("provenance")
-    if not prov or prov.get("sources_sha256") == UNRECORDED:
-        return "no provenance"
-    current = current or current_sources_sha256()
-    if prov["sources_sha256"] != current:
-        return f"sources changed since {prov['commit'][:10]}"
+def _status_of(prov: Any) -> str:
+    if not isinstance(prov, dict):
+        return "not recorded"
+    changed = changed_since(prov.get("closure"), prov.get("producer"))
+    if changed == ["(closure not recorded)"]:
+        return "not recorded"
+    if changed:
+        return "changed since: " + ", ".join(changed)
+    return "current"
+
+
+def provenance_status(doc: dict[str, Any]) -> str:
+    """``current`` (the producer's closure today has the fingerprints the file recorded), ``changed since: <the
+    files that changed>``, or ``not recorded`` (a file older than closures). A file is current only when the
+    figures it carries over from an earlier run are too (their own provenance, said after ``carried over:``)."""
+    status = _status_of(doc.get("provenance"))
     for f in doc.get("figures", []):
-        old = (f.get("carried_over") or {}).get("provenance")
-        if f.get("carried_over") and (not old or old.get("sources_sha256") != current):
-            return (f"sources changed since {old['commit'][:10]} (figures carried over)"
-                    if old and old.get("sources_sha256") != UNRECORDED else "no provenance (figures carried over)")
-    return "current" + (" (dirty tree)" if prov.get("dirty") else "")
+        if f.get("carried_over"):
+            old = _status_of(f["carried_over"].get("provenance"))
+            if old != "current":
+                return status if status != "current" else f"carried over: {old}"
+    return status
+
+
+def figure_status(doc: dict[str, Any], fig: dict[str, Any]) -> str:
+    """The status of one figure of ``doc``: its file's, or for a figure carried over, the run's it came from."""
+    if fig.get("carried_over"):
+        return "carried over; " + _status_of(fig["carried_over"].get("provenance"))
+    return _status_of(doc.get("provenance"))
 
 
 def report(root: str | os.PathLike | None = None) -> str:
     """A Markdown table of every figure under ``results/``, each with its file's provenance."""
     rows = ["| figure | value | unit | tag | device | source | provenance |", "|---|---|---|---|---|---|---|"]
     root = Path(root) if root else results_dir()
-    current = current_sources_sha256()
     for path, doc in load_all(root):
-        status = provenance_status(doc, current)
+        statuses = {}
         for f in doc["figures"]:
-            if f.get("carried_over"):  # measured by an earlier run: its own provenance
-                status_f = "carried over; " + provenance_status(f["carried_over"], current)
-            else:
-                status_f = status
+            key = json.dumps(f.get("carried_over", {}).get("provenance"), sort_keys=True)
+            if key not in statuses:
+                statuses[key] = figure_status(doc, f)
             v = f["value"]
             vs = f"{v:.4g}" if isinstance(v, float) else str(v)
             rows.append(f"| {f['name']} | {vs} | {f['unit']} | {f['tag']} | {f['device']} | "
-                        f"{path.relative_to(root)} | {status_f} |")
+                        f"{path.relative_to(root)} | {statuses[key]} |")
     return "\n".join(rows) + "\n"
