@@ -12,7 +12,7 @@ pytest.importorskip("tokenizers")
 torch = pytest.importorskip("torch")
 
 from t4lib import models  # noqa: E402
-from t4lib.models import corpus, schema, tiny  # noqa: E402
+from t4lib.models import corpus, presets, schema, tiny  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "data" / "models"
@@ -237,3 +237,36 @@ def test_committed_tiny_cpu_reproduces_recorded_copy_accuracy():
     rec = json.loads((MODELS / "tiny-cpu" / "training_record.json").read_text())
     res = tiny.eval_copy(model, tok, n=rec["eval"]["copy_n"], batch_size=100, generate_n=0)
     assert abs(res["copy_token_accuracy"] - rec["eval"]["copy_token_accuracy"]) < 0.02
+
+
+def _copy_of_tiny_cpu(tmp_path):
+    import shutil
+    src = presets.checkpoint_dir("tiny-cpu")
+    if not (src / "model.safetensors").is_file():
+        pytest.skip("no tiny-cpu checkpoint")
+    return Path(shutil.copytree(src, tmp_path / "ckpt"))
+
+
+def test_load_refuses_missing_and_unexpected_tensors_naming_them(tmp_path):
+    from safetensors.torch import load_file, save_file
+    d = _copy_of_tiny_cpu(tmp_path)
+    sd = load_file(d / "model.safetensors")
+    gone = "model.layers.0.mlp.up_proj.weight"
+    save_file({k: v for k, v in sd.items() if k != gone}, d / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(models.CheckpointError, match=r"missing tensors: model\.layers\.0\.mlp\.up_proj\.weight"):
+        models.load(str(d))
+    save_file({**sd, "model.extra.weight": torch.zeros(3)}, d / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(models.CheckpointError, match=r"unexpected tensors: model\.extra\.weight") as e:
+        models.load(str(d))
+    assert str(d) in str(e.value)
+    model, _ = models.load(str(d), strict=False)  # asked for: loads, the extra tensor dropped
+    assert type(model).__name__ == "Qwen2ForCausalLM"
+
+
+def test_load_refuses_a_directory_without_a_usable_tokenizer(tmp_path):
+    d = _copy_of_tiny_cpu(tmp_path)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (d / f).unlink()
+    with pytest.raises(models.CheckpointError, match="no usable tokenizer") as e:
+        models.load(str(d))
+    assert str(d) in str(e.value)
