@@ -108,12 +108,26 @@ _SMALL_POWER = re.compile(r"(?:\*\*|\^)\s*(?:\{\s*[-+]?\s*(?:[0-9]{1,2}|[A-Za-z]
                           r"[A-Za-z](?![A-Za-z]))")
 
 
+#: most distinct letters (symbols) and most roots an expression handed to math-verify may hold
+MATH_VERIFY_MAX_SYMBOLS = 2
+MATH_VERIFY_MAX_ROOTS = 2
+#: highest power of a bracketed expression: SymPy expands ``(a+b+...)^n`` and ``(sqrt 2 + sqrt 3 + ...)^n``
+#: into a number of terms that grows as a binomial in ``n`` (n = 99 over seven symbols never finishes)
+MATH_VERIFY_MAX_GROUP_POWER = 3
+# a power of a bracketed group: ")^", "}^", "]^" (or "**"), and its exponent
+_GROUP_POWER = re.compile(r"[)}\]]\s*(?:\*\*|\^)\s*\{?\s*([-+]?\s*[0-9A-Za-z]+)")
+_TEXT_BODY = re.compile(r"\\(?:text|mathrm|mathbf)\s*\{[^{}]*\}")
+
+
 def math_verify_safe(text: str) -> bool:
     """Whether ``text`` may go to ``math_verify.parse``: at most :data:`MATH_VERIFY_MAX_CHARS` printable ASCII
     characters, no literal over 100 digits, LaTeX commands of ``_LATEX_OK`` only, no factorial, at most one power
-    with a small exponent. math-verify parses expressions with SymPy (``parse_expr`` only on digits and
-    operators, LaTeX by a grammar), so it runs no code from the text; what it can do is ask for a huge
-    number (``9^9^9``, ``100000!``) that no timeout interrupts."""
+    with a small exponent, and a size and degree gate on what SymPy would expand: a bracketed group raised at
+    most to :data:`MATH_VERIFY_MAX_GROUP_POWER`, at most :data:`MATH_VERIFY_MAX_SYMBOLS` distinct letters and
+    :data:`MATH_VERIFY_MAX_ROOTS` roots. math-verify parses expressions with SymPy (``parse_expr`` only on
+    digits and operators, LaTeX by a grammar), so it runs no code from the text; what it can do is ask for a
+    huge number (``9^9^9``, ``100000!``) or a huge expansion (``(a+b+c+d+f+g+h)^{99}``) that no timeout
+    interrupts off the main thread."""
     if len(text) > MATH_VERIFY_MAX_CHARS or not text.isascii() or not text.isprintable():
         return False
     if re.search(r"[0-9]{101}", text) or re.search(r"(?<!\\)!", text):
@@ -121,7 +135,16 @@ def math_verify_safe(text: str) -> bool:
     if any(c not in _LATEX_OK for c in _LATEX_CMD.findall(text)):
         return False
     n = len(_POWER.findall(text))
-    return n == 0 or (n == 1 and _SMALL_POWER.search(text) is not None)
+    if not (n == 0 or (n == 1 and _SMALL_POWER.search(text) is not None)):
+        return False
+    for m in _GROUP_POWER.finditer(text):
+        e = m.group(1).replace(" ", "").lstrip("+-")
+        if not e.isdigit() or int(e) > MATH_VERIFY_MAX_GROUP_POWER:
+            return False
+    bare = _LATEX_CMD.sub(" ", _TEXT_BODY.sub(" ", text))   # commands and text bodies are no symbols
+    if len(set(re.findall(r"[A-Za-z]", bare))) > MATH_VERIFY_MAX_SYMBOLS:
+        return False
+    return text.count("\\sqrt") + text.count("sqrt(") <= MATH_VERIFY_MAX_ROOTS
 
 
 def _math_verify_timeout() -> int | None:
