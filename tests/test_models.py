@@ -270,3 +270,29 @@ def test_load_refuses_a_directory_without_a_usable_tokenizer(tmp_path):
     with pytest.raises(models.CheckpointError, match="no usable tokenizer") as e:
         models.load(str(d))
     assert str(d) in str(e.value)
+
+
+@pytest.mark.parametrize("option, value", [
+    ("prompt_weight", "-1"), ("eval_n", "-1"), ("eval_math", "-1"), ("steps", "0"), ("steps", "-3"),
+    ("batch_size", "0"), ("seq_len", "-1"), ("lr", "nan"), ("lr", "0"), ("lr", "-1e-3"), ("lr", "inf"),
+    ("chat_fraction", "1.5"), ("workers", "0"), ("num_attention_heads", "3")])
+def test_train_cli_refuses_an_option_out_of_range_naming_it(tmp_path, capsys, option, value):
+    with pytest.raises(SystemExit) as e:
+        tiny.main(["train", "--preset", "micro", "--out", str(tmp_path / "m"), "--set", f"{option}={value}"])
+    assert e.value.code == 2
+    assert f"{option} must be" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_train_cli_refuses_non_positive_steps(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        tiny.main(["train", "--preset", "micro", "--out", str(tmp_path / "m"), "--steps", "0"])
+    assert "--steps" in capsys.readouterr().err
+
+
+def test_presets_are_in_range_and_overrides_checked():
+    for p in presets.PRESETS.values():  # every committed preset passes its own checks
+        assert tiny.override_preset(p, {}) is p
+    with pytest.raises(ValueError, match="prompt_weight"):
+        tiny.override_preset(tiny.get_preset("micro"), {"prompt_weight": "-0.5"})
+    assert tiny.override_preset(tiny.get_preset("micro"), {"eval_math": "0"}).eval_math == 0  # 0: skip the set

@@ -2,6 +2,7 @@
 committed checkpoint lives (``data/models/<preset>``). Training is :mod:`t4lib.models.tiny`."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,6 +44,41 @@ class Preset:
     eval_n: int | None = None        # procedural corpus: records per held-out set evaluated (None: all)
     compile: bool = False            # torch.compile the training forward (falls back to eager on failure)
     extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        """Every field in its range, checked when a preset is made or overridden (before any work): a
+        ValueError naming the field."""
+        def bad(name, want):
+            raise ValueError(f"{name} must be {want}, got {getattr(self, name)!r}")
+
+        for name in ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                     "intermediate_size", "steps", "batch_size", "seq_len", "eval_batch", "math_repeat"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                bad(name, "a positive int")
+        for name in ("warmup", "drills", "seed", "eval_math", "eval_copy", "eval_honesty"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                bad(name, "an int >= 0 (0: none)")
+        for name, lo, hi in (("lr", 0.0, None), ("weight_decay", 0.0, None), ("prompt_weight", 0.0, None),
+                             ("chat_fraction", 0.0, 1.0), ("pseudo_words", 0.0, 1.0)):
+            v = getattr(self, name)
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= lo
+            if not ok or (hi is not None and v > hi) or (name == "lr" and v == 0):
+                bad(name, "a finite number " + ("> 0" if name == "lr" else f">= {lo:g}")
+                    + (f" and <= {hi:g}" if hi is not None else ""))
+        for name in ("eval_n", "threads"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+                bad(name, ("None (all)" if name == "eval_n" else "None (torch's default)") + " or a positive int")
+        if not isinstance(self.workers, int) or isinstance(self.workers, bool) or self.workers < 1:
+            bad("workers", "a positive int")
+        if self.corpus not in ("files", "procedural"):
+            bad("corpus", "'files' or 'procedural'")
+        if self.hidden_size % self.num_attention_heads:
+            bad("num_attention_heads", f"a divisor of hidden_size ({self.hidden_size})")
+        if self.num_attention_heads % self.num_key_value_heads:
+            bad("num_key_value_heads", f"a divisor of num_attention_heads ({self.num_attention_heads})")
 
 
 PRESETS = {

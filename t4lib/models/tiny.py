@@ -585,13 +585,23 @@ def _without_examples(res: dict) -> dict:
             for k, v in res.items() if not k.endswith("_examples")}
 
 
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive int, got {v}")
+    return v
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m t4lib.models.tiny", description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     tr = sub.add_parser("train", help="pretrain a preset and write checkpoint, record and plot")
     tr.add_argument("--preset", required=True, choices=sorted(PRESETS))
     tr.add_argument("--out", default=None, help="output directory (default data/models/<preset>)")
-    tr.add_argument("--steps", type=int, default=None, help="override the preset's step count")
+    tr.add_argument("--steps", type=_positive_int, default=None, help="override the preset's step count")
     tr.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     tr.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="override a training field of the preset, e.g. --set batch_size=32 (repeatable)")
@@ -609,6 +619,10 @@ def main(argv=None):
         if bad:
             ap.error(f"--set expects KEY=VALUE, got {bad[0]!r}")
         overrides = dict(kv.split("=", 1) for kv in a.set)
+        try:  # every value in its range before any work
+            override_preset(get_preset(a.preset), overrides)
+        except ValueError as e:
+            ap.error(f"--set: {e}")
         rec = train(a.preset, a.out, steps=a.steps, device=a.device, evaluate_after=not a.no_eval,
                     overrides=overrides)
         show = {k: rec[k] for k in ("preset", "n_params", "steps", "final_loss", "train_seconds", "wall_seconds")}
