@@ -435,3 +435,12 @@ def test_packed_stream_batches_are_deterministic_and_weighted():
     assert set(a[1].unique().tolist()) <= {0.25, 1.0}
     with pytest.raises(ValueError, match="seq_len"):
         packing.PackedStream(str(DATA / "tokenizer_open"), seed=0, seq_len=0, batch_size=2)
+
+
+@pytest.mark.parametrize("split", ["Train", "bogus", "", None, ["train"]])
+def test_grammar_refuses_an_unknown_split_naming_it(split):
+    slot = grammar.all_slots()[0]
+    with pytest.raises(ValueError, match="split must be one of"):
+        grammar.sample(random.Random(0), slot, split)
+    with pytest.raises(ValueError, match="split must be one of"):
+        grammar.variants(slot, split)

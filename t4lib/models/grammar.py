@@ -518,15 +518,27 @@ def productions(slot: str) -> Productions:
                        tuple(accumulate(w for _, w in train)), tuple(accumulate(w for _, w in heldout)))
 
 
+SPLITS = ("train", "validation", "test")
+
+
+def check_split(split) -> str:
+    """``split`` if it is one of :data:`SPLITS` (exactly: ``"Train"`` is not ``"train"``), else a ValueError."""
+    if not isinstance(split, str) or split not in SPLITS:
+        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
+    return split
+
+
 def variants(slot: str, split: str) -> tuple[str, ...]:
     """The productions of ``slot`` that ``split`` may use (``train``: training productions;
     ``validation``/``test``: held-out productions)."""
+    check_split(split)
     p = productions(slot)
     return p.train if split == "train" else p.heldout
 
 
 def sample(r, slot: str, split: str) -> str:
     """One production of ``slot`` for ``split``, drawn with the pattern weights."""
+    check_split(split)
     p = productions(slot)
     if split == "train":
         return r.choices(p.train, cum_weights=p.train_cum)[0]

@@ -32,18 +32,12 @@ from functools import lru_cache
 from itertools import accumulate
 
 from t4lib.models import grammar, schema
+from t4lib.models.grammar import SPLITS, check_split
 from t4lib.models.pools import ACTS, CONTAINERS, PEOPLE, UNITS, WHOLES, pool_for, pools
 
-SPLITS = ("train", "validation", "test")
 _NUMBER_WORDS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
                  "fifteen sixteen seventeen eighteen nineteen twenty").split()
 _COUNTS = ("n", "m", "g", "per", "t", "k")
-
-
-def check_split(split) -> str:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {list(SPLITS)}, got {split!r}")
-    return split
 
 
 def check_seed(seed) -> int:
