@@ -22,9 +22,11 @@ import torch
 
 @dataclass(frozen=True)
 class Sampler:
-    """``temperature > 0``; ``top_k``: keep the k largest logits (0: all)."""
+    """``temperature > 0``; ``top_k``: keep the k largest logits (0: all); ``top_p``: keep the smallest set of
+    most likely tokens whose probability reaches ``top_p`` (1.0: all)."""
     temperature: float = 1.0
     top_k: int = 0
+    top_p: float = 1.0
 
     def __post_init__(self):
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
@@ -32,20 +34,52 @@ class Sampler:
             raise ValueError(f"temperature must be a number > 0 when sampling, got {self.temperature!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0 (0: no top-k cut), got {self.top_k!r}")
+        check_top_p(self.top_p)
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """``[..., V]`` logits -> ``[..., V]`` float32 probabilities."""
-        return torch.softmax(scaled_logits(logits, self.temperature, self.top_k), dim=-1)
+        return torch.softmax(scaled_logits(logits, self.temperature, self.top_k, self.top_p), dim=-1)
 
 
-def scaled_logits(logits: torch.Tensor, temperature: float, top_k: int) -> torch.Tensor:
-    """The sampling distribution's logits, every engine's rule: fp32 ``logits [..., V] / temperature``, the
-    entries below the ``top_k``-th largest set to -inf (``top_k`` 0: none). Capture-safe (no host sync)."""
-    x = logits.float() / temperature
+def check_top_p(top_p) -> None:
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be a number in (0, 1] (1: no nucleus cut), got {top_p!r}")
+
+
+def scaled_logits(logits: torch.Tensor, temperature: float, top_k: int, top_p: float = 1.0) -> torch.Tensor:
+    """The sampling distribution's logits, every engine's rule (Hugging Face's warpers, in their order):
+    fp32 ``logits [..., V] / temperature``; the entries below the ``top_k``-th largest set to -inf (``top_k``
+    0: none); then, with ``top_p < 1``, the tokens outside the nucleus: sorted ascending, a token is dropped
+    while the cumulative probability up to it is ``<= 1 - top_p`` (the most likely token always kept).
+    Capture-safe (no host sync).
+
+    The logits are shifted by their row maximum before the division (the distribution is unchanged): the
+    largest becomes 0 and the others are <= 0, so a temperature small enough to overflow ``logits /
+    temperature`` gives ``-inf`` for the others and the distribution tends to the greedy token, never NaN.
+    A temperature below float32's smallest normal number (which a GPU may flush to 0) is that limit."""
+    x = logits.float()
+    x = x - x.amax(dim=-1, keepdim=True)
+    if isinstance(temperature, (int, float)) and temperature < torch.finfo(torch.float32).tiny:
+        x = torch.where(x == 0, x, torch.full_like(x, float("-inf")))
+    else:
+        x = x / temperature
     if top_k and top_k < x.shape[-1]:
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
         x = x.masked_fill(x < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_x, order = torch.sort(x, dim=-1, descending=False)
+        drop = sorted_x.softmax(dim=-1).cumsum(dim=-1) <= (1 - top_p)
+        drop[..., -1:] = False
+        x = x.masked_fill(drop.scatter(-1, order, drop), float("-inf"))
     return x
+
+
+def penalize_repeats(logits: torch.Tensor, seen: torch.Tensor, penalty: float) -> torch.Tensor:
+    """Hugging Face's repetition penalty (Keskar et al. 2019) on fp32 ``logits [B, V]``: where ``seen [B, V]``
+    (a token of the prompt or already generated), a positive logit is divided by ``penalty`` and a negative one
+    multiplied. Capture-safe."""
+    x = logits.float()
+    return torch.where(seen, torch.where(x < 0, x * penalty, x / penalty), x)
 
 
 def sample(p: torch.Tensor, generator: torch.Generator | None = None) -> list[int]:
