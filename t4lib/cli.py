@@ -26,6 +26,7 @@ BENCHES = {
     "quant-quality": "t4lib.benchmarks.quant_quality",
     "contract": "t4lib.benchmarks.contract",
     "swizzle-ncu": "t4lib.benchmarks.swizzle_ncu",
+    "t4model": "t4lib.evidence.t4model",
 }
 # `t4lib bench` with no name: the kernel and serving benchmarks (minutes); the others by name
 DEFAULT_BENCHES = ("int4", "bitlevel", "w4a16", "serving", "deltanet", "contract")
