@@ -84,7 +84,7 @@ def mma_lab(out: str | Path, shapes=None, ms=(2, 4, 8, 16, 32, 64), command: str
             Path(out).parent.mkdir(parents=True, exist_ok=True)
             Path(out).write_text(json.dumps(doc, indent=1) + "\n")  # after every shape: a timeout keeps the rest
             if results_out:
-                results.write(results_out, figs, producer=__file__, errors=[], shapes="KxN (in x out)",
+                results.write(results_out, figs, errors=[], shapes="KxN (in x out)",
                               note="library cases of the MMA lab run (labs/w4a16_mma/mma_lab.py)")
             torch.cuda.empty_cache()
     return doc

@@ -117,7 +117,7 @@ def run(out_dir: str | Path | None = None, n_values: int = N_VALUES) -> list[dic
                               "meets_target": ratio["throughput"] >= TARGETS["swizzle_speedup"]}
     except Exception:
         errors["swizzle"] = traceback.format_exc(limit=4)
-    results.write(out_dir / "bitlevel.json", figs, producer=__file__, device=hw.device_info()["name"], summary=summary,
+    results.write(out_dir / "bitlevel.json", figs, device=hw.device_info()["name"], summary=summary,
                   targets=TARGETS, errors=errors, n_values=n_values)
     return figs
 

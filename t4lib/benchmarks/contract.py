@@ -478,7 +478,7 @@ def run(out_dir=None, **kw) -> list[dict]:
     if not doc["figures"]:
         raise RuntimeError(f"the contract benchmark measured nothing; {path} left as it was. Failures:\n  "
                            + "\n  ".join(errs or ["(none recorded)"]))
-    results.write(path, doc["figures"], producer=__file__, **doc["meta"])
+    results.write(path, doc["figures"], **doc["meta"])
     if errs:
         raise RuntimeError(f"the contract benchmark failed in part ({len(errs)} failures, recorded in {path} "
                            "beside the figures it measured):\n  " + "\n  ".join(errs))

@@ -229,7 +229,7 @@ def run(out_dir: str | Path, quick: bool = False, ncu_log: str | Path | None = N
     if ncu_log and Path(ncu_log).is_file():
         figs += ncu_log_figures(ncu_log, figures_from_ncu_log, errors)
     mm = "torch.mm(out_dtype=float32)" if _MM_MODE["out_dtype"] else "torch.mm fp16 output, then .float()"
-    return results.write(Path(out_dir) / "fused_adamw.json", figs, producer=__file__, errors=errors, shapes="NxK (out x in), T tokens",
+    return results.write(Path(out_dir) / "fused_adamw.json", figs, errors=errors, shapes="NxK (out x in), T tokens",
                          ncu_command=NCU_CMD, torch_fused_gemm=mm,
                          note="t4lib kernels are compute_75 PTX JIT-compiled on this GPU; cuBLAS runs native code")
 

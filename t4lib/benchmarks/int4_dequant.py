@@ -33,5 +33,5 @@ def run(out_dir: str | Path, n_values: int = 1 << 27, group_size: int = 128, qui
         "lop3_kernel": (lambda p, s: int4_dequant(p, s, group_size, backend="cuda"), make),
     }, baseline="torch_reference", bytes_moved=nbytes, rounds=3, iters=10 if quick else 20, max_sets=8)
     figs = [timing.copy_bandwidth_figure(SOURCE)] + timing.to_figures(res, "int4_dequant", SOURCE)
-    results.write(Path(out_dir) / "int4_dequant.json", figs, producer=__file__, n_values=n_values, group_size=group_size)
+    results.write(Path(out_dir) / "int4_dequant.json", figs, n_values=n_values, group_size=group_size)
     return figs

@@ -127,7 +127,7 @@ def run(out: str | None = None, *, shapes=((4, 512), (1, 512)), steps: int = 8, 
     figs = figures(rows, shapes, name)
     doc = dict(rows=rows, errors=errors, config=cfg_kw or QWEN25_15B, shapes=[list(s) for s in shapes])
     if out:
-        results.write(out, figs, producer=__file__, rows=rows, errors=errors, config=doc["config"])
+        results.write(out, figs, rows=rows, errors=errors, config=doc["config"])
     doc["figures"] = figs
     return doc
 

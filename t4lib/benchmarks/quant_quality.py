@@ -257,7 +257,7 @@ def run(out_dir=None, model_id: str = "tiny-cpu", group_sizes=(32, 64, 128), pri
     out["target_reason"] = target_reason(out)
     if write:
         path = (Path(out_dir) if out_dir is not None else R.results_dir() / env["device"]) / "w4a16_quality.json"
-        out["path"] = R.write(path, figs, producer=__file__, model=d["source"], fallback=d["fallback"], primary_group_size=primary,
+        out["path"] = R.write(path, figs, model=d["source"], fallback=d["fallback"], primary_group_size=primary,
                               target="GPTQ perplexity gap to fp16 at most half of RTN's",
                               target_met=out["target_met"], target_reason=out["target_reason"], eval_text=d["eval_text"], calib_text=d["calib_text"],
                               seq_len=int(test.shape[1]), eval_tokens=eval_tokens, calib_tokens=calib_tokens)
@@ -318,7 +318,7 @@ def activation_quality(out_dir=None, model_id: str = "tiny-cpu", group_size: int
            "fallback": d["fallback"], "figures": figs}
     if write:
         path = (Path(out_dir) if out_dir is not None else R.results_dir() / "cpu") / "w4a8_quality.json"
-        out["path"] = R.write(path, figs, producer=__file__, model=d["source"], fallback=d["fallback"], group_size=group_size,
+        out["path"] = R.write(path, figs, model=d["source"], fallback=d["fallback"], group_size=group_size,
                               eval_text=d["eval_text"], eval_tokens=n_tok)
     return out
 

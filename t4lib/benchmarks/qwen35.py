@@ -430,7 +430,7 @@ def run(out_dir: str | Path, quick: bool = False, hf_baseline: bool = True, prom
                     note="engine_graph decode tokens/s over transformers fp16 decode tokens/s; target 3x")
         except Exception as e:
             meta["errors"]["hf_fp16"] = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=6)}"
-    results.write(Path(out_dir) / "qwen35_engine.json", figs, producer=__file__, **meta)
+    results.write(Path(out_dir) / "qwen35_engine.json", figs, **meta)
     return figs, meta
 
 
@@ -444,7 +444,7 @@ def write_checks(out_dir: str | Path) -> dict:
             for k, v in checks.items() if isinstance(v, dict)
             for stat, unit in (("rel_err", "max|d|/max|logit|"), ("same_tokens", "bool"),
                                ("same_tokens_fraction", "fraction")) if stat in v]
-    results.write(Path(out_dir) / "qwen35_engine_gpu_checks.json", figs, producer=__file__, checks=checks)
+    results.write(Path(out_dir) / "qwen35_engine_gpu_checks.json", figs, checks=checks)
     return checks
 
 

@@ -69,5 +69,5 @@ def run(out_dir: str | Path, quick: bool = False) -> list[dict]:
     if skipped:   # an error keeps the figures against fla of the last run that measured them (carried_over)
         meta["errors"]["fla"] = (f"flash-linear-attention baseline not measured, {skipped[0]}: the figures "
                                  "against it are kept from the last run that had it, marked carried_over")
-    results.write(Path(out_dir) / "qwen35_deltanet.json", figs, producer=__file__, **meta)
+    results.write(Path(out_dir) / "qwen35_deltanet.json", figs, **meta)
     return figs

@@ -326,7 +326,7 @@ def run(out_dir, profile: str = "gpu") -> list[dict]:
         figs += rounds_figures(copy, checks, dev)
     # a part that failed keeps the figures it measured before, carried over beside its error
     errors = [f"{part}: {e}" for part, e in checks.get("errors", {}).items()]
-    results.write(Path(out_dir) / "qwen35_mtp.json", figs, producer=__file__, checks=checks, errors=errors)
+    results.write(Path(out_dir) / "qwen35_mtp.json", figs, checks=checks, errors=errors)
     return figs
 
 

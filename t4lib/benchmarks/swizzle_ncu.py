@@ -88,7 +88,7 @@ def run(out_dir: str | Path, ncu: str = "ncu", timeout_s: int = 600) -> Path:
     figs = figures_from_ncu_log(log)
     if proc.returncode != 0 or not figs:
         raise RuntimeError(f"ncu exited {proc.returncode} with {len(figs)} figures; its output ends:\n{log[-2000:]}")
-    return results.write(Path(out_dir) / "swizzle_ncu.json", figs, producer=__file__, command=shlex.join(NCU_CMD),
+    return results.write(Path(out_dir) / "swizzle_ncu.json", figs, command=shlex.join(NCU_CMD),
                          note="bank-conflict counters of 16-byte shared loads per layout; ncu leaves the clocks "
                               "as they are (--clock-control none) and records none")
 

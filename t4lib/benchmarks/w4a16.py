@@ -211,7 +211,7 @@ def run(out_dir: str | Path, quick: bool = False, gemv_section: bool = True, gem
             section(figs, errors, quick)
         except Exception:
             errors.append(traceback.format_exc(limit=3))
-        results.write(out_dir / fname, figs, producer=__file__, errors=errors, shapes="KxN (in x out)")
+        results.write(out_dir / fname, figs, errors=errors, shapes="KxN (in x out)")
         all_figs += figs
     return all_figs
 

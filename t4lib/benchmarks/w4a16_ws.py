@@ -113,7 +113,7 @@ def run(out_dir: str | Path, quick: bool = False, ncu_log: str | Path | None = N
         torch.cuda.empty_cache()
     if ncu_log:
         figs += ncu_log_figures(ncu_log, figures_from_ncu_log, errors)
-    return results.write(Path(out_dir) / "w4a16_gemm_ws.json", figs, producer=__file__, errors=errors, shapes="MxKxN",
+    return results.write(Path(out_dir) / "w4a16_gemm_ws.json", figs, errors=errors, shapes="MxKxN",
                          ncu_command=NCU_CMD,
                          note="t4lib kernels are compute_75 PTX JIT-compiled on this GPU; cuBLAS runs native code")
 

@@ -164,6 +164,8 @@ def _module_file(dotted: str, roots: tuple[Path, ...]) -> Path | None:
 
 
 def _source_trees(path: Path) -> list[ast.AST]:
+    if path.suffix not in (".py", ".ipynb"):
+        return []   # a shell script or a kernel source imports no Python
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".ipynb":
         trees = []

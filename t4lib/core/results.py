@@ -37,6 +37,7 @@ import os
 import re
 import secrets
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable
@@ -221,19 +222,26 @@ def carried_over(old: dict[str, Any], measured: set[str]) -> list[dict[str, Any]
     return [{**f, "carried_over": f.get("carried_over") or mark} for f in old["figures"] if f["name"] not in measured]
 
 
-def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, producer: str | os.PathLike,
+def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, producer: str | os.PathLike | None = None,
           merge: bool | None = None, **meta: Any) -> Path:
     """Validate and write a results file (atomically: :func:`atomic_write_text`); returns its path.
 
-    ``producer``: the unit that measured the figures (``__file__`` of a benchmark module, a notebook's path
-    relative to the repository); its closure is recorded, and a producer that does not exist is a ValueError
-    before anything is written.
+    ``producer``: the unit that measured the figures, whose closure is recorded: by default the module that calls
+    ``write``; a notebook names itself (``"notebooks/00_environment.ipynb"``), its cells having no file of the
+    repository. A producer that does not exist is a ValueError before anything is written.
 
     ``merge``: keep the figures of the existing file whose names this call does not re-measure
     (:func:`carried_over`). None (the default) merges when ``meta["errors"]`` is non-empty: a benchmark that
     failed part-way keeps the previous figures of what it did not re-measure, its errors recorded beside
     them. A call with no figures never replaces a file that has some: without merge it raises ValueError and
     the file stays as it was."""
+    if producer is None:
+        caller = sys._getframe(1).f_code.co_filename
+        try:
+            producer = _prov.rel(_prov.resolve_unit(caller))
+        except ValueError:
+            raise ValueError(f"producer: write was called from {caller}, not a file of this repository (a notebook "
+                             "cell, say): name the producing unit, e.g. producer='notebooks/NN_name.ipynb'") from None
     path = Path(path)
     figs = list(figures)
     doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(producer), **meta, "figures": figs}

@@ -505,7 +505,7 @@ def write_records(path: Path, runs_done: dict[str, dict], figs: list[dict], copy
     errors = [f"{k}: {r['status']}" + (f" at cell {r['failed_cell']['cell']}: {r['failed_cell']['error']}"
                                         if r["failed_cell"] else "")
               for k, r in runs_done.items() if r["status"] != "completed"]
-    return results.write(path, figs, producer=__file__, merge=True, runs=runs_all, errors=errors,
+    return results.write(path, figs, merge=True, runs=runs_all, errors=errors,
                          memory_cap_gib=T4_MEMORY_GIB, copy_bandwidth=copy_bw,
                          note="dress rehearsal: t4 profiles under a T4's memory with random-weight stand-ins of "
                               "hub models; no learning figure is read from it")

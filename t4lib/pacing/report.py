@@ -188,7 +188,7 @@ def plot(sweep: dict, out_dir: str | Path | None = None, show: bool = False) -> 
 def save(sweep: dict, out_dir: str | Path, source: str = SOURCE) -> tuple[Path, list[dict]]:
     """Write ``out_dir/pacing_sweep.json`` (figures + the sweep with traces) and the PNGs."""
     figs = to_figures(sweep, source)
-    path = results.write(Path(out_dir) / SWEEP_FILE, figs, producer=__file__, pacing=sweep,
+    path = results.write(Path(out_dir) / SWEEP_FILE, figs, pacing=sweep,
                          clock_findings=[clock_finding(sweep, n) for n, e in sweep["kernels"].items() if e.get("rows")])
     try:
         plot(sweep, out_dir)

@@ -299,5 +299,5 @@ def write_step_time(out_dir, model_id: str = "tiny-gpu", **kw):
             results.figure(f"{p}/loss_after_steps/torch_amp", r["loss_torch_amp"], "nats", "MEASURED", src, env=env),
             results.figure(f"{p}/loss_after_steps/fused", r["loss_fused"], "nats", "MEASURED", src, env=env,
                            note="the same batch and number of steps as torch_amp: the two should be close")]
-    return results.write(Path(out_dir) / "fused_adamw_step.json", figs, producer=__file__, tokens_per_step=r["tokens"],
+    return results.write(Path(out_dir) / "fused_adamw_step.json", figs, tokens_per_step=r["tokens"],
                          note="kernels: compute_75 PTX JIT-compiled on this GPU")

@@ -183,7 +183,7 @@ def check(out_dir: str | Path | None = None, new: int = 64) -> dict:
         worst = min(r["identical"] / r["tokens"] for r in rows.values())
         figs.append(results.figure("qwen35_engine/oracle/greedy_identical_fraction", worst, "fraction", "ARITHMETIC",
                                    SOURCE, note="the smallest of the four greedy_identical_fraction figures above"))
-        results.write(Path(out_dir) / "qwen35_engine_oracle.json", figs, producer=__file__, checks=rows)
+        results.write(Path(out_dir) / "qwen35_engine_oracle.json", figs, checks=rows)
     return rows
 
 
