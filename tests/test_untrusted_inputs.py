@@ -58,7 +58,7 @@ BAD_IDS = [
 @pytest.mark.parametrize("ids,err,match", BAD_IDS, ids=[f"ids{i}" for i in range(len(BAD_IDS))])
 def test_bad_token_ids_refused_before_the_embedding(model, kind, ids, err, match):
     with pytest.raises(err, match=match):
-        engines(model)[kind].generate(ids, 3)
+        engines(model)[kind].generate_with_stats(ids, 3)
 
 
 BAD_EOS = [(1.5, TypeError), ([], TypeError), ([2, "x"], TypeError), ([2, V], ValueError), (-1, ValueError),
@@ -69,7 +69,7 @@ BAD_EOS = [(1.5, TypeError), ([], TypeError), ([2, "x"], TypeError), ([2, V], Va
 @pytest.mark.parametrize("eos,err", BAD_EOS, ids=[repr(e) for e, _ in BAD_EOS])
 def test_bad_eos_refused(model, kind, eos, err):
     with pytest.raises(err, match="eos_token_id"):
-        engines(model)[kind].generate([[1, 2]], 3, eos_token_id=eos)
+        engines(model)[kind].generate_with_stats([[1, 2]], 3, eos_token_id=eos)
 
 
 def first_of(tokens, ids):
@@ -78,10 +78,10 @@ def first_of(tokens, ids):
 
 def test_static_engine_takes_a_list_of_eos_ids(model):
     eng = StaticEngine(model, max_len=48)
-    res = eng.generate([[5, 6, 7], [9, 10, 11]], 20)
+    res = eng.generate_with_stats([[5, 6, 7], [9, 10, 11]], 20)
     toks = res.new_tokens.tolist()
     eos = [toks[0][4], toks[1][2]]   # a token each row emits, as a two-id eos list
-    cut = eng.generate([[5, 6, 7], [9, 10, 11]], 20, eos_token_id=eos)
+    cut = eng.generate_with_stats([[5, 6, 7], [9, 10, 11]], 20, eos_token_id=eos)
     assert cut.lengths == [first_of(toks[0], eos), first_of(toks[1], eos)]
     assert cut.lengths[1] <= 3
 
@@ -89,10 +89,10 @@ def test_static_engine_takes_a_list_of_eos_ids(model):
 @pytest.mark.parametrize("device_rounds", [False, True])
 def test_speculative_engine_takes_a_list_of_eos_ids(model, device_rounds):
     rows = [[5, 6, 7], [9, 10, 11, 12]]
-    plain = SpeculativeEngine(model, PromptLookupDrafter(), max_len=48).generate(rows, 20).new_tokens
+    plain = SpeculativeEngine(model, PromptLookupDrafter(), max_len=48).generate_with_stats(rows, 20).new_tokens
     eos = [plain[0][4], plain[1][2]]
     eng = SpeculativeEngine(model, PromptLookupDrafter(eos_token_id=eos), max_len=48, device_rounds=device_rounds)
-    got = eng.generate(rows, 20, eos_token_id=eos).new_tokens
+    got = eng.generate_with_stats(rows, 20, eos_token_id=eos).new_tokens
     assert got == [p[:first_of(p, eos)] for p in plain]
 
 
@@ -103,9 +103,9 @@ def test_prompt_lookup_drafts_stop_at_any_eos():
 
 
 def test_temperature_zero_logprobs_are_not_nan(model):
-    res = StaticEngine(model, max_len=32).generate([[3, 4, 5]], 6, temperature=0, output_logprobs=True)
+    res = StaticEngine(model, max_len=32).generate_with_stats([[3, 4, 5]], 6, temperature=0, output_logprobs=True)
     assert torch.equal(res.logprobs, torch.zeros(1, 6))
-    greedy = StaticEngine(model, max_len=32).generate([[3, 4, 5]], 6)
+    greedy = StaticEngine(model, max_len=32).generate_with_stats([[3, 4, 5]], 6)
     assert torch.equal(res.new_tokens, greedy.new_tokens)
 
 
@@ -119,7 +119,7 @@ def test_bad_sampling_arguments(model, kw, match):
     kw = dict(kw)
     n = kw.pop("max_new_tokens", 3)
     with pytest.raises((TypeError, ValueError), match=match):
-        StaticEngine(NoForward(model), max_len=32).generate([[1, 2]], n, **kw)
+        StaticEngine(NoForward(model), max_len=32).generate_with_stats([[1, 2]], n, **kw)
 
 
 # ----------------------------------------------------------------------------- quantizers
@@ -140,25 +140,45 @@ def test_rtn_at_the_edge_of_fp16_is_finite():
     assert d.dtype == torch.float16 and torch.isfinite(d).all()
 
 
-@pytest.mark.parametrize("a", [1e-8, 1e-5])
-def test_tiny_weights_quantize_within_fp16_resolution(a):
-    """No NaN or inf; every value within one quantization step (``absmax / 7.5`` of its group, however
-    coarsely a subnormal fp16 scale rounds) plus fp16's smallest subnormal: below it, 0 is the nearest value
-    the format holds."""
+@pytest.mark.parametrize("a", [1e-5, 1e-3])
+def test_small_weights_quantize_within_rtn_precision(a):
+    """No NaN or inf; every value within twice RTN's bound (``absmax / 15`` of its row), however coarsely a
+    subnormal fp16 scale rounds."""
     w = torch.randn(16, 128, generator=torch.Generator().manual_seed(0)) * a
     d = quantize_rtn(w).dequantize(torch.float32)
     assert torch.isfinite(d).all()
-    step = w.abs().amax(1, keepdim=True) / 7.5
-    assert ((d - w).abs() <= step + 2 ** -24).all()
+    assert ((d - w).abs() <= 2 * w.abs().amax(1, keepdim=True) / 15).all()
 
 
-def test_a_group_whose_fp16_scale_underflows_keeps_its_values():
-    """absmax / 7.5 rounds to 0 in fp16 here: the scale floors at fp16's smallest subnormal rather than
-    dequantizing a non-zero group to zeros."""
-    w = torch.full((1, 128), 2e-7)
+@pytest.mark.parametrize("a", [1e-8, 2e-7, 1e-6])
+def test_rows_too_small_for_fp16_scales_are_refused_naming_the_row(a):
+    """A row of 1e-8 would dequantize to zeros (relative error 1): refused, by RTN, GPTQ and quantize_model."""
+    w = torch.randn(4, 128, generator=torch.Generator().manual_seed(0)) * 0.02
+    w[2] = torch.randn(128, generator=torch.Generator().manual_seed(1)).clamp(-2, 2) * a
+    with pytest.raises(ValueError, match=r"weight: row 2's largest \|w\|"):
+        quantize_rtn(w)
+    with pytest.raises(ValueError, match=r"row 2's largest"):
+        quantize_gptq(w, torch.eye(128))
+    lin = torch.nn.Linear(128, 4, bias=False)
+    with torch.no_grad():
+        lin.weight.copy_(w)
+    model = torch.nn.Sequential(lin)
+    with pytest.raises(ValueError, match=r"row 2's largest") as e:
+        quantize_model(model, {"0": {"format": "w4a16"}})
+    assert "0" in str(e.value) and isinstance(model[0], torch.nn.Linear)  # the model unchanged
+
+
+def test_a_group_whose_fp16_scale_underflows_beside_ordinary_groups_keeps_its_values():
+    """absmax / 7.5 rounds to 0 in fp16 in the second group: the scale floors at fp16's smallest subnormal
+    rather than dequantizing it to zeros, and its error is within the row's RTN bound."""
+    w = torch.full((1, 256), 2e-7)
     w[0, ::2] = -2e-7
+    w[0, :128] = torch.linspace(-0.05, 0.05, 128)
     d = quantize_rtn(w).dequantize(torch.float32)
-    assert ((d - w).abs() <= 2e-7 / 7.5 + 2 ** -24).all()
+    assert ((d - w)[0, 128:].abs() <= 2e-7 / 7.5 + 2 ** -24).all()
+    assert ((d - w).abs() <= 0.05 / 15 + 1e-7).all()
+    zero = quantize_rtn(torch.zeros(2, 128)).dequantize(torch.float32)  # an all-zero row is exact
+    assert not zero.any()
 
 
 @pytest.mark.parametrize("block", [-128, 0, 64, 100, 128.0, True])
