@@ -5,7 +5,11 @@ cells, each linking to its record) and ``report_results.md`` (the records, one s
 Every number in them that a results file holds is a placeholder ``{{FILE|FIGURE|FORMAT}}``:
 ``FILE`` relative to ``results/``, ``FIGURE`` a figure's name in it, ``FORMAT`` a
 Python format spec, optionally followed by ``*SCALE`` (``{{nvidia-h200/x.json|
-k/t4_projection|.2f*0.001}}``: microseconds shown as milliseconds). Two other
+k/t4_projection|.2f*0.001}}``: microseconds shown as milliseconds). ``FILE`` may name any GPU instead of one
+(``*/x.json``): the figure then comes from every device whose record of it is current (both shown, each with its
+device, where they differ; no device is chosen because its number is better), or, where none is current, from the
+newest record, marked stale. ``{{ledger|KEY|FORMAT}}`` reads today's verdict over the GPU verification ledger
+(:func:`ledger_figures`). Two other
 records hold figures that are not results files, and are read by key path
 (dot-separated keys, a trailing ``#`` for a list's length): the GPU verification
 ledger (``FILE`` under ``verification/``, e.g. ``{{verification/nvidia-h200.json|
@@ -13,8 +17,8 @@ gpu_tests.counts.passed|d}}``) and the local models' training records (``FILE``
 ``data:models/<name>/training_record.json``, relative to the repository's data
 folder). A results file's other keys are read the same way with ``@`` before the key path
 (``{{nvidia-h200/rehearsal.json|@runs.07_x/t4.status|s}}``: a run's status). ``{{sources}}`` says whether the files named beside it (in the same table row, or else the same
-paragraph) were measured at today's sources: ``current``, ``changed since`` (their sources changed since),
-``not recorded`` (the file records none). ``render`` fills them in; ``python -m t4lib report --readme README.md``
+paragraph) were measured at today's sources: ``current``, ``changed since: <the files of their closure that
+changed>``, ``not recorded`` (the file records no closure). ``render`` fills them in; ``python -m t4lib report --readme README.md``
 rewrites the README's section between ``BEGIN`` and ``END``, ``python -m t4lib report --out results/README.md``
 writes the records, the executed notebooks (:func:`executed_notebooks`) and the full figure table, and a test
 fails when the README differs.
@@ -26,6 +30,7 @@ import re
 from pathlib import Path
 
 from t4lib.core import results
+from t4lib.core.notebook import stamp_status
 
 TEMPLATE = Path(__file__).with_name("report_summary.md")
 RECORDS = Path(__file__).with_name("report_results.md")
@@ -54,75 +59,153 @@ def _record(path: Path, file: str, key_path: str):
     return len(v) if count else v
 
 
-def _value(root: Path, cache: dict, file: str, name: str):
-    record = file.startswith("data:") or file.startswith("verification/")
-    path = DATA / file[len("data:"):] if file.startswith("data:") else root / file
-    if not path.is_file():
-        raise KeyError(f"{'record' if record else 'results file'} {file} (named in a template) does not exist")
-    if record:
-        return _record(path, file, name)
-    if name.startswith("@"):   # a key of the results file beside its figures (a run's status, say)
-        return _record(path, file, name[1:])
-    if file not in cache:
-        cache[file] = results.figures_by_name(path)
-    if name not in cache[file]:
-        raise KeyError(f"{file} holds no figure {name!r} (named in a template)")
-    return cache[file][name]["value"]
+def device_label(slug: str) -> str:
+    """``H200`` for ``nvidia-h200``, ``H100`` for ``nvidia-h100-80gb-hbm3``, ``cpu``: the short device name."""
+    m = re.match(r"nvidia-(?:tesla-)?([a-z]\d+)", slug)
+    return m[1].upper() if m else slug
 
 
-def _status(root: Path, file: str, current: str) -> str:
-    """``current``, ``changed since <commit>`` or ``not recorded`` for one file a placeholder names."""
-    if file.startswith("verification/"):
-        doc = json.loads((root / file).read_text())
-        if doc.get("sources_sha256") == current:
-            return "current"
-        return f"changed since {str(doc.get('commit') or '')[:10]}".strip()
-    status = results.provenance_status(json.loads((root / file).read_text()), current)
-    return "not recorded" if status == "no provenance" else status.removeprefix("sources ")
+class _Resolver:
+    """Resolves placeholders against ``results/``: values, and which records (with their status) they came from."""
+
+    def __init__(self, root: Path):
+        self.root, self.docs, self.status = root, {}, {}
+        self.used: list[tuple[str, str]] = []   # (file, status) of the records the current block read
+        self._ledger = None
+
+    def doc(self, file: str) -> dict:
+        if file not in self.docs:
+            path = self.root / file
+            doc = json.loads(path.read_text())
+            results.validate(doc)
+            self.docs[file] = doc
+            self.status[file] = results.provenance_status(doc)
+        return self.docs[file]
+
+    def figure(self, file: str, name: str):
+        if not (self.root / file).is_file():
+            raise KeyError(f"results file {file} (named in a template) does not exist")
+        figs = {f["name"]: f for f in self.doc(file)["figures"]}
+        if name not in figs:
+            raise KeyError(f"{file} holds no figure {name!r} (named in a template)")
+        return figs[name]["value"]
+
+    def candidates(self, pattern: str, name: str) -> list[str]:
+        rel = pattern.split("/", 1)[1]
+        out = []
+        for d in sorted(p for p in self.root.iterdir() if p.is_dir() and p.name not in ("cpu", "verification")):
+            f = f"{d.name}/{rel}"
+            if (d / rel).is_file() and any(g["name"] == name for g in self.doc(f)["figures"]):
+                out.append(f)
+        if not out:
+            raise KeyError(f"no GPU's results file {pattern} holds figure {name!r} (named in a template)")
+        return out
+
+    def ledger(self) -> dict:
+        if self._ledger is None:
+            self._ledger = ledger_figures()
+        return self._ledger
+
+    def value(self, file: str, name: str, spec: str, scale: str) -> str:
+        fmt = lambda v: format(v * float(scale) if scale else v, spec)  # noqa: E731
+        if file == "ledger":
+            st = self.ledger()
+            self.used.append(("ledger", st["status"]))
+            if name not in st:
+                raise KeyError(f"the ledger verdict has no {name!r} (named in a template); it has {sorted(st)}")
+            return fmt(st[name])
+        if file.startswith("data:") or file.startswith("verification/"):
+            path = DATA / file[len("data:"):] if file.startswith("data:") else self.root / file
+            if not path.is_file():
+                raise KeyError(f"record {file} (named in a template) does not exist")
+            if file.startswith("verification/"):
+                self.used.append((file, "a record of GPU runs"))
+            return fmt(_record(path, file, name))
+        if file.startswith("*/"):
+            cands = self.candidates(file, name)
+            current = [f for f in cands if self.status[f] == "current"]
+            if not current:   # the newest record, said stale
+                f = max(cands, key=lambda c: str(self.doc(c).get("written", "")))
+                self.used.append((f, self.status[f]))
+                return f"{fmt(self.figure(f, name))} ({device_label(f.split('/')[0])}, stale)"
+            shown: dict[str, list[str]] = {}
+            for f in current:
+                self.used.append((f, "current"))
+                shown.setdefault(fmt(self.figure(f, name)), []).append(device_label(f.split("/")[0]))
+            return " / ".join(f"{v} ({', '.join(devs)})" for v, devs in shown.items())
+        if not (self.root / file).is_file():
+            raise KeyError(f"results file {file} (named in a template) does not exist")
+        if name.startswith("@"):   # a key of the results file beside its figures (a run's status, say)
+            self.doc(file)
+            self.used.append((file, self.status[file]))
+            return fmt(_record(self.root / file, file, name[1:]))
+        v = self.figure(file, name)
+        self.used.append((file, self.status[file]))
+        return fmt(v)
 
 
-def _sources(root: Path, files: list[str], current: str, short: bool) -> str:
-    files = sorted({f for f in files if not f.startswith("data:")})
-    if not files:
+def ledger_figures() -> dict:
+    """Today's verdict over the GPU verification ledger, for templates: ``files`` (GPU test files collected),
+    ``verified`` (those verified at their current closure), ``stale``, ``passed`` / ``failed`` (outcomes in the
+    records that verify them), ``status``."""
+    from t4lib.evidence import verify   # the same floor; imported here because it collects tests with pytest
+
+    st = verify.ledger_state()
+    entries = {p.name: json.loads(p.read_text()) for p in verify.ledger_dir().glob("*.json")}
+    outcomes = []
+    for f, v in st["files"].items():
+        if v["verified_by"]:
+            outcomes += list(entries[v["verified_by"][0]]["files"][f]["tests"].values())
+    stale = st["stale"]
+    return {"files": len(st["files"]), "verified": len(st["files"]) - len(stale), "stale": len(stale),
+            "passed": outcomes.count("passed"), "failed": outcomes.count("failed") + outcomes.count("error"),
+            "status": "current" if st["ok"] else "changed since: " + ", ".join(stale)}
+
+
+def _short(file: str, status: str) -> str:
+    dev = device_label(file.split("/")[0]) if "/" in file and not file.startswith("verification/") else ""
+    return f"{status} ({dev})" if dev else status
+
+
+def _sources(used: list[tuple[str, str]], short: bool) -> str:
+    used = sorted(set(used))
+    if not used:
         return "—"
-    status = {f: _status(root, f, current) for f in files}
     if short:
-        kinds = [k for k in ("current", "changed since", "not recorded")
-                 if any(v.startswith(k) for v in status.values())]
-        return " / ".join(kinds)
-    return "; ".join(f"`{f}` {v}" for f, v in status.items())
+        seen = []
+        for f, st in used:
+            item = _short(f, st)
+            if item not in seen:
+                seen.append(item)
+        return "; ".join(seen)
+    return "; ".join(f"`{f}` {st}" for f, st in used)
 
 
 def render(template: str | None = None, root: str | Path | None = None) -> str:
     """The template with every placeholder replaced by its figure's value, and every ``{{sources}}`` by the
-    provenance of the files its table row (short form) or paragraph (one status per file) names."""
+    provenance of the records its table row (short form) or paragraph (one status per file) read."""
     template = TEMPLATE.read_text() if template is None else template
-    root = Path(root) if root else results.results_dir()
-    cache: dict = {}
+    res = _Resolver(Path(root) if root else results.results_dir())
 
-    def sub(m: re.Match) -> str:
-        spec, _, scale = m[3].partition("*")
-        v = _value(root, cache, m[1].strip(), m[2].strip())
-        return format(v * float(scale) if scale else v, spec)
+    def fill(text: str) -> str:
+        return _FIELD.sub(lambda m: res.value(m[1].strip(), m[2].strip(), *m[3].partition("*")[::2]), text)
 
-    if _SOURCES in template:
-        current = results.current_sources_sha256()
-        blocks = re.split(r"(\n\s*\n)", template)
-        for i, block in enumerate(blocks):
-            if _SOURCES not in block:
-                continue
-            lines = block.split("\n")
-            for j, line in enumerate(lines):
-                if _SOURCES in line and line.lstrip().startswith("|"):
-                    files = [m[1].strip() for m in _FIELD.finditer(line)]
-                    lines[j] = line.replace(_SOURCES, _sources(root, files, current, short=True))
-            block = "\n".join(lines)
-            if _SOURCES in block:
-                files = [m[1].strip() for m in _FIELD.finditer(block)]
-                block = block.replace(_SOURCES, _sources(root, files, current, short=False))
-            blocks[i] = block
-        template = "".join(blocks)
-    return _FIELD.sub(sub, template)
+    blocks = re.split(r"(\n\s*\n)", template)
+    for i, block in enumerate(blocks):
+        lines = block.split("\n")
+        para_used: list[tuple[str, str]] = []
+        for j, line in enumerate(lines):
+            res.used = []
+            line = fill(line)
+            if _SOURCES in line and line.lstrip().startswith("|"):
+                line = line.replace(_SOURCES, _sources(res.used, short=True))
+            para_used += res.used
+            lines[j] = line
+        block = "\n".join(lines)
+        if _SOURCES in block:
+            block = block.replace(_SOURCES, _sources(para_used, short=False))
+        blocks[i] = block
+    return "".join(blocks)
 
 
 def records(root: str | Path | None = None) -> str:
@@ -134,18 +217,16 @@ def records(root: str | Path | None = None) -> str:
 
 def executed_notebooks(root: str | Path | None = None) -> str:
     """The executed-notebooks section of ``results/README.md``: every ``results/<device>/NN_*.ipynb`` but the
-    CPU runs, with the profile, commit and sources a run stamps in its ``t4lib`` metadata, and whether those
-    sources are today's (``current``, ``changed since``, or ``not recorded`` for a copy without the stamp)."""
+    CPU runs, with the profile and commit a run stamps in its ``t4lib`` metadata, and whether its closure (its code
+    cells and what they import) is today's (``current``, ``changed since: <files>``, or ``not recorded``)."""
     root = Path(root) if root else results.results_dir()
-    current = results.current_sources_sha256()
     rows = ["| notebook | device | profile | commit | sources |", "|---|---|---|---|---|"]
     copies = sorted(p for p in root.glob("*/[0-9][0-9]_*.ipynb")
                     if p.parent.name != "cpu" and not p.name.endswith(".partial.ipynb"))   # a failed run's output
     never = sorted({p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")} - {p.stem for p in copies})
     for path in copies:
         meta = json.loads(path.read_text()).get("metadata", {}).get("t4lib") or {}
-        src = meta.get("sources_sha256")
-        status = "not recorded" if not src else "current" if src == current else "changed since"
+        status = stamp_status(meta)
         rows.append(f"| [{path.stem}]({path.relative_to(root).as_posix()}) | {meta.get('device', path.parent.name)} "
                     f"| {meta.get('profile', '—')} | {str(meta.get('commit') or '—')[:10]} | {status} |")
     return ("## Executed notebooks\n\nThe copies of the notebooks run on a GPU, with what each was run at "
