@@ -186,16 +186,32 @@ def measure_engine(model: Qwen35Model, prompt: list, new: int, cuda_graph: bool 
     return out
 
 
-def hf_greedy_times(m, ids: torch.Tensor, new: int, **generate_kw) -> tuple[list[int], float, float]:
-    """transformers' greedy ``generate`` of exactly ``new`` tokens after ``ids`` [1, T]: the new tokens (a first
-    run, which also warms up: fla's Triton kernels compile there), and the median wall times of ``new`` and of
-    one token. Its decode rate is ``(new - 1) / (t(new) - t(1))``."""
-    def gen(n):
+def hf_greedy_times(m, ids: torch.Tensor, new: int, reps: int = 3, **generate_kw) -> tuple[list[int], float]:
+    """transformers' greedy ``generate`` of exactly ``new`` (>= 2) tokens after ``ids`` [1, T]: the new tokens (a
+    first run, which also warms up: fla's Triton kernels compile there), and the decode time, the median over
+    ``reps`` runs of the time from the first new token to the last within one run (``timing.TokenTimes``).
+    Its decode rate is ``(new - 1) / decode_s``, positive and finite: a time measured within one run, never
+    the difference of two runs."""
+    if isinstance(new, bool) or not isinstance(new, int) or new < 2:
+        raise ValueError(f"new must be an int >= 2 (a decode rate needs two tokens), got {new!r}")
+    if isinstance(reps, bool) or not isinstance(reps, int) or reps < 1:
+        raise ValueError(f"reps must be a positive int, got {reps!r}")
+    tokens, spans = None, []
+    for run in range(reps + 1):
+        stamps = timing.TokenTimes()
         with torch.no_grad():
-            return m.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, **generate_kw)
-
-    tokens = gen(new)[0, ids.shape[1]:].tolist()
-    return tokens, timing.wall_time(lambda: gen(new)), timing.wall_time(lambda: gen(1))
+            out = m.generate(ids, max_new_tokens=new, min_new_tokens=new, do_sample=False, streamer=stamps,
+                             **generate_kw)
+        if len(stamps.times) != new:
+            raise RuntimeError(f"generate streamed {len(stamps.times)} new tokens, not {new}")
+        if run == 0:
+            tokens = out[0, ids.shape[1]:].tolist()
+        else:
+            spans.append(stamps.times[-1] - stamps.times[0])
+    decode_s = sorted(spans)[len(spans) // 2]
+    if not decode_s > 0:
+        raise RuntimeError(f"decode time {decode_s!r} s is not positive: the clock did not advance")
+    return tokens, decode_s
 
 
 def first_difference(tokens: list[int], ref_tokens: list[int], ref_logits: torch.Tensor) -> dict | None:
@@ -216,8 +232,8 @@ def measure_hf(cfg: Qwen35Config, prompt: list, new: int, device="cuda", dtype=t
     hcfg = hf_config_27b(cfg)
     with torch.device(device):
         m = Qwen3_5ForCausalLM._from_config(hcfg, dtype=dtype).eval()
-    _, t_new, t_1 = hf_greedy_times(m, torch.tensor([prompt], device=device), new, pad_token_id=0)
-    out = {"decode_tokens_per_s": (new - 1) / (t_new - t_1), "t_new_s": t_new, "t_1_s": t_1,
+    _, decode_s = hf_greedy_times(m, torch.tensor([prompt], device=device), new, pad_token_id=0)
+    out = {"decode_tokens_per_s": (new - 1) / decode_s, "decode_s": decode_s,
            "fp16_weight_bytes": sum(p.numel() * p.element_size() for p in m.parameters()),
            "attn_implementation": m.config._attn_implementation, "fla": _fla_version()}
     del m

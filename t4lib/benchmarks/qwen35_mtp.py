@@ -54,7 +54,8 @@ def copy_prompts(n: int, n_long: int = 0) -> list[list[int]]:
 
 def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dtype) -> dict:
     """The peer: transformers' ``Qwen3_5ForCausalLM`` on the copy model's weights as the file stores them
-    (dequantized), greedy ``generate``; decode rate per prompt ``(new - 1) / (t(new) - t(1))``, summed."""
+    (dequantized), greedy ``generate``; decode rate: tokens after the first over the decode time, each measured
+    within one run (:func:`.qwen35.hf_greedy_times`), summed over the prompts."""
     from transformers import Qwen3_5ForCausalLM  # optional: the transformers peer
 
     cfg = copy_config(load_tokenizer())
@@ -64,10 +65,10 @@ def measure_hf(prompts: list[list[int]], new: int, device: str, dtype: torch.dty
     m = m.to(device=device, dtype=dtype)
     tokens, seconds, outs = 0, 0.0, []
     for p in prompts:
-        toks, t_new, t_1 = hf_greedy_times(m, torch.tensor([p], device=device), new,
-                                           pad_token_id=cfg.pad_token_id, eos_token_id=None)
+        toks, decode_s = hf_greedy_times(m, torch.tensor([p], device=device), new,
+                                         pad_token_id=cfg.pad_token_id, eos_token_id=None)
         outs.append(toks)
-        seconds += t_new - t_1
+        seconds += decode_s
         tokens += new - 1
     del m
     return {"tokens_per_s": tokens / seconds, "tokens": outs}
@@ -78,6 +79,11 @@ def measure_copy_model(prompts: list[list[int]], new: int, device: str, gammas=G
     """Plain greedy against ``mtp=gamma`` on each prompt, same engine (fp16 on CUDA, fp32 on CPU), and with
     ``hf`` transformers' greedy ``generate`` on the same weights in the same process (:func:`measure_hf`), on
     the first ``hf_prompts`` prompts (all when None; its rate is per token, so a subset measures it)."""
+    if hf_prompts is not None and (isinstance(hf_prompts, bool) or not isinstance(hf_prompts, int)
+                                   or hf_prompts < 1):
+        raise ValueError(f"hf_prompts must be None (all) or a positive int, got {hf_prompts!r}")
+    if isinstance(new, bool) or not isinstance(new, int) or new < 2:
+        raise ValueError(f"new must be an int >= 2 (a decode rate needs two tokens), got {new!r}")
     dtype = torch.float16 if device.startswith("cuda") else torch.float32
     eng = Qwen35Engine.from_gguf(copy_model_path(), devices=[device], max_len=max(map(len, prompts)) + new + 8,
                                  dtype=dtype)

@@ -39,6 +39,26 @@ def wall_time(fn: Callable[[], Any], reps: int = 3) -> float:
     return sorted(ts)[len(ts) // 2]
 
 
+class TokenTimes:
+    """A ``generate`` streamer that stamps the host time at which each new token reaches it (``generate`` copies
+    each step's tokens to the CPU before ``put``, which waits for the GPU); its first ``put`` is the prompt.
+    ``times[-1] - times[0]`` is the decode time of ``len(times) - 1`` tokens, measured within one run: a rate
+    from it is never negative, unlike the difference of two runs' wall times."""
+
+    def __init__(self):
+        self.times: list[float] = []
+        self._prompt = True
+
+    def put(self, value) -> None:
+        if self._prompt:
+            self._prompt = False
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
 def _nbytes(args: tuple) -> int:
     return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
