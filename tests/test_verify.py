@@ -1,31 +1,46 @@
-"""The GPU verification ledger: what it hashes, and what check_ledger demands of an entry."""
+"""The GPU verification ledger, per GPU test file: what each file's closure holds, and what check_ledger demands
+of an entry."""
 import json
+from functools import lru_cache
 
 import pytest
 
-from t4lib.core import build
+from t4lib.core import build, provenance
 from t4lib.evidence import kat, verify
 
-FAMILY_IDS = [f"tests/test_{fam}.py::test_runs" for fam in build.families()]
+
+def _family_file(fam):
+    """A GPU test file of the family (tests/test_<family>*.py), the first by name."""
+    return sorted(str(p.relative_to(verify.REPO)) for p in (verify.REPO / "tests").glob(f"test_{fam}*.py"))[0]
+
+
+FILES = sorted({_family_file(fam) for fam in build.families()})
+# A planted -m gpu collection: one test per family's file, two in the first (so one can go missing).
+FAMILY_IDS = sorted([f"{f}::test_runs" for f in FILES] + [f"{FILES[0]}::test_more"])
 
 
 def _entry(**over):
-    """A complete entry for the current sources over a planted collection (FAMILY_IDS)."""
-    hashes = verify.source_hashes()
-    e = {"device": "NVIDIA H200", "capability": [9, 0], "nvcc_flags": list(build.NVCC_FLAGS),
-         "sources": hashes, "sources_sha256": verify.combined_hash(hashes), "passed": True,
-         "builds": {fam: {"ok": True} for fam in build.families()},
-         "gpu_tests": {"tests": {t: "passed" for t in FAMILY_IDS}, "collected": list(FAMILY_IDS),
-                       "counts": {"passed": len(FAMILY_IDS), "failed": 0, "error": 0, "skipped": 0}},
-         "kat": [{"family": f, "vectors": 8, "passed": 8, "max_abs_diff": 0.0} for f in kat.FAMILIES]}
+    """A complete schema-2 entry for today's sources over the planted collection (FAMILY_IDS)."""
+    files = {f: {"closure": verify.test_file_closure(f),
+                 "tests": {i: "passed" for i in FAMILY_IDS if i.split("::", 1)[0] == f}} for f in FILES}
+    e = {"schema": verify.LEDGER_SCHEMA, "device": "NVIDIA H200", "capability": [9, 0],
+         "nvcc_flags": list(build.NVCC_FLAGS), "files": files,
+         "builds": {fam: {"ok": True, "sources": verify.family_sources(fam)} for fam in build.families()},
+         "kat": {"closure": verify.kat_closure(),
+                 "rows": [{"family": f, "vectors": 8, "passed": 8, "max_abs_diff": 0.0} for f in kat.FAMILIES]}}
     e.update(over)
     return e
+
+
+def _collection(ids):
+    """A stand-in for verify._current_collection (cached, as verify.run clears it)."""
+    return lru_cache(maxsize=1)(lambda: tuple(ids))
 
 
 @pytest.fixture
 def ledger(tmp_path, monkeypatch):
     monkeypatch.setattr(verify, "ledger_dir", lambda: tmp_path)
-    monkeypatch.setattr(verify, "_current_collection", lambda: tuple(FAMILY_IDS))
+    monkeypatch.setattr(verify, "_current_collection", _collection(FAMILY_IDS))
 
     def plant(entry):
         (tmp_path / "dev.json").write_text(json.dumps(entry))
@@ -34,55 +49,98 @@ def ledger(tmp_path, monkeypatch):
 
 
 def test_fake_minimal_entry_is_rejected(ledger):
-    """The check before issue 26 accepted exactly this entry (it compared sources_sha256 and
-    passed, nothing else); now each missing piece of evidence is named."""
-    current = verify.combined_hash(verify.source_hashes())
-    ok, why = ledger({"sources_sha256": current, "passed": True})
+    """An entry that claims a pass on an accepted device without the evidence: each missing piece is named."""
+    ok, why = ledger({"schema": verify.LEDGER_SCHEMA, "device": "NVIDIA H200", "capability": [9, 0],
+                      "nvcc_flags": list(build.NVCC_FLAGS), "passed": True})
     assert not ok
-    for missing in ("no per-file source hashes", "no GPU test outcomes", "no known-answer (KAT) step",
-                    "families with no passing GPU test", "is not one check_ledger accepts", "not every family built"):
+    for missing in ("GPU test files not verified at their current closure", "no record",
+                    "no known-answer (KAT) step", "families not built at current sources"):
         assert missing in why, missing
+    ok, why = ledger({"passed": True})
+    assert not ok and "ledger schema None, not 2" in why
 
 
-def test_complete_entry_is_accepted_and_names_the_jit(ledger):
-    ok, why = ledger(_entry())
+def test_complete_entry_is_accepted_and_its_verdict_names_the_jit(ledger):
+    e = _entry()
+    ok, why = ledger(e)
     assert ok, why
-    assert "compute_75 PTX JIT-compiled" in why and "sm_75 machine code itself has not run" in why
+    assert f"{len(FILES)} GPU test files verified at their current closures by ['dev.json']" in why
+    assert "cannot re-run" in why
+    v = verify.verdict(e)
+    assert "compute_75 PTX JIT-compiled" in v and "sm_75 machine code itself has not run" in v
+    assert "cannot re-run" in v
+    st = verify.ledger_state()
+    assert st["ok"] and st["stale"] == [] and all(x["verified_by"] == ["dev.json"] for x in st["files"].values())
 
 
 def _failed(e):
-    e["gpu_tests"]["tests"][FAMILY_IDS[0]] = "failed"
+    e["files"][FILES[0]]["tests"][f"{FILES[0]}::test_runs"] = "failed"
 
 
 def _errored(e):
-    e["gpu_tests"]["tests"][FAMILY_IDS[1]] = "error"
+    e["files"][FILES[1]]["tests"][f"{FILES[1]}::test_runs"] = "error"
 
 
 def _one_not_run(e):
-    gone = FAMILY_IDS[-1]
-    del e["gpu_tests"]["tests"][gone]
-    e["gpu_tests"]["collected"].remove(gone)
+    del e["files"][FILES[0]]["tests"][f"{FILES[0]}::test_more"]
 
 
-def _family_only_skipped(e):
-    e["gpu_tests"]["tests"][FAMILY_IDS[2]] = "skipped"
+def _only_skipped(e):
+    e["files"][FILES[2]]["tests"][f"{FILES[2]}::test_runs"] = "skipped"
+
+
+def _odd_outcome(e):
+    e["files"][FILES[2]]["tests"][f"{FILES[2]}::test_runs"] = "xpassed-ish"
+
+
+def _file_missing(e):
+    del e["files"][FILES[-1]]
+
+
+def _no_closure(e):
+    del e["files"][FILES[0]]["closure"]
+
+
+def _forged_fingerprint(e):
+    """The entry claims the file ran at a fingerprint of common.cuh that today's tree does not have."""
+    c = e["files"][FILES[0]]["closure"]
+    assert "kernels/common.cuh" in c
+    c["kernels/common.cuh"] = "0" * 16
+
+
+def _closure_lacks_a_file(e):
+    c = e["files"][FILES[0]]["closure"]
+    del c[sorted(k for k in c if k.startswith("t4lib/"))[0]]
+
+
+def _closure_of_another_file(e):
+    e["files"][FILES[0]]["closure"] = e["files"][FILES[1]]["closure"]
+
+
+def _build_at_other_sources(e):
+    fam = build.families()[0]
+    src = e["builds"][fam]["sources"]
+    e["builds"][fam]["sources"] = {k: "0" * 16 for k in src}
+
+
+def _build_failed(e):
+    e["builds"][build.families()[0]]["ok"] = False
 
 
 def _kat_failed(e):
-    e["kat"][0]["passed"] = 7
+    e["kat"]["rows"][0]["passed"] = 7
 
 
 def _kat_family_missing(e):
-    e["kat"].pop()
+    e["kat"]["rows"].pop()
 
 
-def _source_changed(e):
-    e["sources"] = dict(e["sources"], **{"kernels/common.cuh": "0" * 64})
-    e["sources_sha256"] = verify.combined_hash(e["sources"])
+def _kat_closure_changed(e):
+    e["kat"]["closure"] = dict(e["kat"]["closure"], **{"t4lib/evidence/kat.py": "0" * 16})
 
 
-def _summary_hash_forged(e):
-    e["sources"] = dict(e["sources"], **{"kernels/common.cuh": "0" * 64})  # sha256 left as current
+def _kat_as_a_list(e):
+    e["kat"] = e["kat"]["rows"]
 
 
 def _other_device(e):
@@ -97,20 +155,47 @@ def _other_flags(e):
     e["nvcc_flags"] = e["nvcc_flags"][:-2] + ["-gencode", "arch=compute_90,code=sm_90"]
 
 
-def _not_passed(e):
-    e["passed"] = False
+def _schema_1(e):
+    e["schema"] = 1
 
 
-BREAKS = [_failed, _errored, _one_not_run, _family_only_skipped, _kat_failed, _kat_family_missing,
-          _source_changed, _summary_hash_forged, _other_device, _wrong_capability, _other_flags, _not_passed]
+# each break and what the rejection names
+BREAKS = {_failed: "1 failed or errored", _errored: "1 failed or errored",
+          _one_not_run: f"1 not run ['{FILES[0]}::test_more']", _only_skipped: "no test passed",
+          _odd_outcome: "unknown outcomes", _file_missing: "no record", _no_closure: "no closure",
+          _forged_fingerprint: "changed since: kernels/common.cuh", _closure_lacks_a_file: "changed since: t4lib/",
+          _closure_of_another_file: "changed since:", _build_at_other_sources: "families not built at current sources",
+          _build_failed: "families not built at current sources", _kat_failed: "KATs not all passed",
+          _kat_family_missing: "KATs not all passed", _kat_closure_changed: "KAT closure changed since: t4lib/evidence/kat.py",
+          _kat_as_a_list: "no known-answer (KAT) step", _other_device: "is not one check_ledger accepts",
+          _wrong_capability: "NVIDIA H200 with capability (8, 0)", _other_flags: "built with nvcc flags",
+          _schema_1: "ledger schema 1, not 2"}
 
 
-@pytest.mark.parametrize("breaks", BREAKS, ids=[b.__name__.strip("_") for b in BREAKS])
+@pytest.mark.parametrize("breaks", list(BREAKS), ids=[b.__name__.strip("_") for b in BREAKS])
 def test_each_missing_piece_of_evidence_rejects(ledger, breaks):
     e = _entry()
     breaks(e)
     ok, why = ledger(e)
     assert not ok, why
+    assert BREAKS[breaks] in why, why
+
+
+def test_a_stale_file_is_verified_by_another_entry_that_matches(ledger, tmp_path):
+    """Verification is per file: a file whose record in one entry is forged is verified by another entry whose
+    record matches today's closure; the check names which entry verifies which file."""
+    bad = _entry()
+    _forged_fingerprint(bad)
+    (tmp_path / "other.json").write_text(json.dumps(_entry(device="NVIDIA H100 80GB HBM3")))
+    ok, why = ledger(bad)
+    assert ok, why
+    st = verify.ledger_state()
+    assert st["files"][FILES[0]]["verified_by"] == ["other.json"]
+    assert st["files"][FILES[1]]["verified_by"] == ["dev.json", "other.json"]
+    (tmp_path / "other.json").unlink()
+    st = verify.ledger_state()
+    assert st["stale"] == [FILES[0]] and not st["ok"]
+    assert "changed since: kernels/common.cuh" in st["files"][FILES[0]]["why_not"]["dev.json"][0]
 
 
 @pytest.mark.parametrize("device", sorted(verify.ACCEPTED_DEVICES))
@@ -118,35 +203,48 @@ def test_each_accepted_device_is_accepted_at_its_capability_only(ledger, device)
     """An H100 runs the same compute_75 JIT path as the H200; each listed device passes with its own
     capability and is rejected with another."""
     cap = list(verify.ACCEPTED_DEVICES[device][0])
-    ok, why = ledger(_entry(device=device, capability=cap))
+    e = _entry(device=device, capability=cap)
+    ok, why = ledger(e)
     assert ok, why
-    assert verify.ACCEPTED_DEVICES[device][1] in why
+    assert verify.ACCEPTED_DEVICES[device][1] in verify.verdict(e)
     ok, why = ledger(_entry(device=device, capability=[8, 6]))
     assert not ok and f"{device} with capability (8, 6)" in why
 
 
 def test_collection_changed_since_the_run_rejects(ledger, monkeypatch):
-    monkeypatch.setattr(verify, "_current_collection", lambda: (*FAMILY_IDS, "tests/test_int4_kat.py::test_new"))
+    monkeypatch.setattr(verify, "_current_collection", _collection([*FAMILY_IDS, f"{FILES[1]}::test_new"]))
     ok, why = ledger(_entry())
-    assert not ok and "1 not run ['tests/test_int4_kat.py::test_new']" in why
+    assert not ok and f"1 not run ['{FILES[1]}::test_new']" in why
 
 
-def test_ledger_hash_covers_what_decides_kernels_and_gpu_tests():
-    names = set(verify.source_hashes())
-    for must in ("kernels/common.cuh", "kernels/int4.cu", "t4lib/core/build.py", "t4lib/evidence/kat.py",
+def test_gpu_test_file_closures_cover_what_decides_kernels_and_gpu_tests():
+    """Each GPU test file's closure holds the file, tests/conftest.py, its helpers, what it imports at any depth
+    (the engines and trainers the tests drive) and the kernels it binds; the KATs' closure their families'."""
+    union = set()
+    for f in verify.gpu_test_files():
+        c = verify.test_file_closure(f)
+        assert f in c and verify.CONFTEST in c, f
+        assert not set(c) & set(provenance.INFRASTRUCTURE), f
+        union |= set(c)
+    for must in ("kernels/common.cuh", "kernels/int4.cu", "t4lib/core/build.py",
                  "t4lib/ops/int4/binding.py", "t4lib/ops/int4/__init__.py", "t4lib/ops/int4/reference.py",
                  "t4lib/ops/_dispatch.py", "t4lib/ops/int8_activations.py", "t4lib/ops/gguf/packing.py",
                  "t4lib/quant/w4a16.py", "tests/conftest.py", "tests/kernel_checks.py", "tests/test_w4a16.py",
                  # reached only through what the GPU tests import: the engines and trainers they drive
                  "t4lib/serving/engine.py", "t4lib/speculative/engine.py", "t4lib/quant/linear.py",
                  "t4lib/train/grpo.py", "t4lib/models/tiny.py", "t4lib/core/timing.py"):
-        assert must in names, must
+        assert must in union, must
+    w = verify.test_file_closure("tests/test_w4a16.py")
+    assert {"kernels/w4a16.cu", "kernels/gemv.cuh", "kernels/common.cuh", "t4lib/ops/w4a16/binding.py"} <= set(w)
+    assert not any(k.startswith("kernels/deltanet") for k in w), "a family the file does not bind"
+    k = verify.kat_closure()
+    assert "t4lib/evidence/kat.py" in k and all(
+        f"kernels/{fam}.cu" in k for fam in ("int4", "int3", "fp8", "swizzle"))
 
 
-def test_ledger_sources_follow_imports_transitively(tmp_path):
-    """A module a GPU test reaches only through another module is hashed; one it never reaches is not."""
-    from t4lib.core import provenance
-
+def test_closures_follow_imports_transitively_and_bind_families(tmp_path):
+    """A module a unit reaches only through another module (a function-level import included) is in its closure,
+    with the kernel sources of a family it binds and the headers they include; what it never reaches is not."""
     (tmp_path / "tests").mkdir()
     (tmp_path / "kernels").mkdir()
     pkg = tmp_path / "t4lib"
@@ -155,22 +253,32 @@ def test_ledger_sources_follow_imports_transitively(tmp_path):
     (pkg / "sub" / "__init__.py").write_text("")
     (pkg / "sub" / "a.py").write_text("from . import b\n")
     (pkg / "sub" / "b.py").write_text("def f():\n    from t4lib.sub.c import g\n")
-    (pkg / "sub" / "c.py").write_text("g = 1\n")
-    (pkg / "sub" / "unreached.py").write_text("")
-    (pkg / "sub" / "k.cuh").write_text("")
-    (tmp_path / "kernels" / "x.cu").write_text("")
-    (tmp_path / "tests" / "test_x.py").write_text("import pytest\nfrom t4lib.sub import a\npytestmark = pytest.mark.gpu\n")
+    (pkg / "sub" / "c.py").write_text('FAMILY = "x"\ng = 1\n')
+    (pkg / "sub" / "unreached.py").write_text('FAMILY = "y"\n')
+    (tmp_path / "kernels" / "x.cu").write_text('#include "k.cuh"\n__global__ void x() {}\n')
+    (tmp_path / "kernels" / "k.cuh").write_text("#pragma once\n")
+    (tmp_path / "kernels" / "other.cuh").write_text("#pragma once\n")
+    (tmp_path / "kernels" / "y.cu").write_text("__global__ void y() {}\n")
+    (tmp_path / "tests" / "helper.py").write_text("from t4lib.sub import a\n")
+    (tmp_path / "tests" / "test_x.py").write_text("import pytest\nimport helper\npytestmark = pytest.mark.gpu\n")
     (tmp_path / "tests" / "test_cpu.py").write_text("from t4lib.sub import unreached\n")
-    names = set(provenance.source_hashes(repo=tmp_path))
-    assert names == {"tests/test_x.py", "t4lib/__init__.py", "t4lib/sub/__init__.py", "t4lib/sub/a.py",
-                     "t4lib/sub/b.py", "t4lib/sub/c.py", "t4lib/sub/k.cuh", "kernels/x.cu"}, names
+    names = set(provenance.closure("tests/test_x.py", repo=tmp_path))
+    assert names == {"tests/test_x.py", "tests/helper.py", "t4lib/__init__.py", "t4lib/sub/__init__.py",
+                     "t4lib/sub/a.py", "t4lib/sub/b.py", "t4lib/sub/c.py", "kernels/x.cu", "kernels/k.cuh"}, names
+    assert set(provenance.closure("tests/test_cpu.py", repo=tmp_path)) == {
+        "tests/test_cpu.py", "t4lib/__init__.py", "t4lib/sub/__init__.py", "t4lib/sub/unreached.py", "kernels/y.cu"}
 
 
-def test_hashed_test_files_are_those_of_the_gpu_collection():
-    """The static rule (a file naming the gpu marker) hashes every file the -m gpu collection draws from."""
+def test_gpu_test_files_are_those_of_the_gpu_collection():
+    """GPU test files come from pytest's -m gpu collection, not from a substring: this file names the marker and
+    holds no GPU test."""
     collected_files = {i.split("::")[0] for i in verify._current_collection()}
-    hashed = {str(p.relative_to(verify.REPO)) for p in verify.gpu_test_files()}
-    assert collected_files and collected_files <= hashed, collected_files - hashed
+    assert verify.gpu_test_files() == sorted(collected_files)
+    assert "tests/test_w4a16.py" in collected_files
+    assert "gpu" in (verify.REPO / "tests/test_verify.py").read_text()
+    assert "tests/test_verify.py" not in collected_files
+    assert verify.gpu_test_files(["tests/test_a.py::t1", "tests/test_a.py::t2", "tests/test_b.py::C::t"]) == [
+        "tests/test_a.py", "tests/test_b.py"]
 
 
 def test_junit_names_map_to_collection_node_ids():
@@ -179,8 +287,9 @@ def test_junit_names_map_to_collection_node_ids():
 
 
 def test_a_verify_run_writes_an_entry_check_ledger_accepts(ledger, monkeypatch, tmp_path):
-    """verify.run (its GPU steps stubbed: this machine has no GPU) records everything check_ledger asks
-    for; the same run with one failed test writes an entry that is rejected."""
+    """verify.run (its GPU steps stubbed: this machine has no GPU) records per GPU test file what check_ledger
+    asks for; the same run with one failed test writes an entry that is rejected. With stale_only it runs only
+    the files no entry verifies at today's closure, and keeps the records of the others."""
     import torch
 
     from t4lib.core import hw
@@ -191,24 +300,53 @@ def test_a_verify_run_writes_an_entry_check_ledger_accepts(ledger, monkeypatch, 
         "cuda_runtime": "13"})
     monkeypatch.setattr(build, "build_many", lambda *a, **k: {f: tmp_path / f"{f}.so" for f in build.families()})
     monkeypatch.setattr(verify, "collect_gpu_tests", lambda: list(FAMILY_IDS))
-    monkeypatch.setattr(kat, "run_all", lambda backend: [{"family": f, "vectors": 4, "passed": 4, "max_abs_diff": 0.0}
-                                                         for f in kat.FAMILIES])
+    kat_runs = []
+    monkeypatch.setattr(kat, "run_all", lambda backend: kat_runs.append(backend) or [
+        {"family": f, "vectors": 4, "passed": 4, "max_abs_diff": 0.0} for f in kat.FAMILIES])
     outcome = {"value": "passed"}
+    ran = []
 
     def fake_pytest(args, junit, prefix=None, timeout=0):
+        files = [a for a in args if a.startswith("tests/")]
+        ran.append(files)
         return {"cmd": "pytest", "returncode": 0, "seconds": 1, "tail": "",
-                "tests": {t: outcome["value"] if t == FAMILY_IDS[0] else "passed" for t in FAMILY_IDS}}
+                "tests": {t: outcome["value"] if t == FAMILY_IDS[0] else "passed" for t in FAMILY_IDS
+                          if t.split("::", 1)[0] in files}}
     monkeypatch.setattr(verify, "_pytest", fake_pytest)
 
-    entry = verify.run(bench=False, out=tmp_path / "dev.json")
-    assert entry["passed"] and entry["gpu_tests"]["collected"] == FAMILY_IDS
+    out = tmp_path / "dev.json"
+    entry = verify.run(bench=False, out=out)
+    assert entry["schema"] == verify.LEDGER_SCHEMA and sorted(entry["files"]) == FILES == entry["ran"]
+    assert isinstance(entry["dirty"], bool)
+    for f in FILES:
+        assert entry["files"][f]["closure"] == verify.test_file_closure(f)
+    for fam in build.families():
+        assert entry["builds"][fam]["sources"] == verify.family_sources(fam)
+    assert entry["kat"]["closure"] == verify.kat_closure()
     ok, why = verify.check_ledger()
     assert ok, why
+
+    # nothing stale: nothing runs, the KATs are kept
+    ran.clear(), kat_runs.clear()
+    entry = verify.run(bench=False, out=out, stale_only=True)
+    assert entry["ran"] == [] and ran == [] and kat_runs == []
+    assert verify.check_ledger()[0]
+
+    # one file's closure changed since: only that file runs again
+    real = verify.test_file_closure
+    recorded = json.loads(out.read_text())
+    recorded["files"][FILES[3]]["closure"]["kernels/common.cuh"] = "0" * 16
+    out.write_text(json.dumps(recorded))
+    assert verify.ledger_state()["stale"] == [FILES[3]]
+    entry = verify.run(bench=False, out=out, stale_only=True)
+    assert entry["ran"] == [FILES[3]] and ran == [[FILES[3]]] and kat_runs == []
+    assert entry["files"][FILES[3]]["closure"] == real(FILES[3])
+    assert verify.check_ledger()[0]
+
     outcome["value"] = "failed"
-    entry = verify.run(bench=False, out=tmp_path / "dev.json")
-    assert not entry["passed"]
+    entry = verify.run(bench=False, out=out)
     ok, why = verify.check_ledger()
-    assert not ok and "1 GPU tests failed or errored" in why
+    assert not ok and "1 failed or errored" in why and FILES[0] in verify.ledger_state()["stale"]
 
 
 @pytest.mark.parametrize("jobs", [0, -2, 1.5, "4", True])
