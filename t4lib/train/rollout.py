@@ -233,7 +233,7 @@ def sample_groups(engine, prompt_ids: list[list[int]], num_generations: int, max
         # each token's log-probability is taken inside the engine's step: [B, new] floats leave the GPU, not
         # the [B, new, V] logits (at a 152k vocabulary, 64 x 128 of them are 5 GB)
         prompts = [torch.as_tensor(prompt_ids[r]).tolist() for r in rows]   # ragged when groups merge
-        res = engine.generate(prompts, max_new_tokens, do_sample=True, temperature=temperature,
+        res = engine.generate_with_stats(prompts, max_new_tokens, do_sample=True, temperature=temperature,
                               eos_token_id=eos_token_id, output_logprobs=True)
         tok_lp = res.logprobs
         for b, (r, n) in enumerate(zip(rows, res.lengths)):
@@ -282,7 +282,7 @@ def rollout_speed(model, prompt_len: int = 64, group: int = 8, new_tokens: int =
 
     eng = StaticEngine(model, max_len=prompt_len + new_tokens, **(engine_kwargs or {}))
     out = {"group": group, "new_tokens": new_tokens, "prompt_len": prompt_len}
-    t = timed(lambda: eng.generate(ids, new_tokens, do_sample=True, temperature=1.0, output_logprobs=True))
+    t = timed(lambda: eng.generate_with_stats(ids, new_tokens, do_sample=True, temperature=1.0, output_logprobs=True))
     out["engine_s"], out["engine_compiled"] = t, eng._decode_forward is not None and eng.compile_error is None
     out["engine_graph"] = eng.graph is not None
     kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=new_tokens,
@@ -297,20 +297,28 @@ def rollout_speed(model, prompt_len: int = 64, group: int = 8, new_tokens: int =
 
 @torch.no_grad()
 def drift_table(model, tokenizer, precisions: dict, n_docs: int = 64, n_math: int = 200, group: int = 8,
-                new_tokens: int = 48, n_prompts: int = 8, engine_kwargs: dict | None = None) -> dict:
+                new_tokens: int = 48, n_prompts: int = 8, engine_kwargs: dict | None = None,
+                texts: list[str] | None = None, prompt_texts: list[str] | None = None, accuracy=None,
+                max_len: int = 192) -> dict:
     """Per rollout precision (name -> :class:`CPHybridPolicy`): per-token ``KL(p_policy || p_rollout)``
     and top-1 agreement on held-out text (the policy's own reference completions of ``math_heldout``,
     teacher-forced; when the two phases differ, one token at a time, i.e. in the decode precision), greedy
-    held-out accuracy, Linear weight bytes, and sampled rollout tokens/s (groups of ``group``)."""
+    held-out accuracy, Linear weight bytes, and sampled rollout tokens/s (groups of ``group``).
+
+    Another model's data: ``texts`` (teacher-forced, cut to the shortest), ``prompt_texts`` (rollout prompts),
+    ``accuracy`` (``fn(model) -> (correct, n)``, greedy on the model's own held-out set) replace the
+    ``math_heldout`` defaults; ``max_len`` is the engine's cache length (prompt + ``new_tokens``)."""
     dev = next(model.parameters()).device
     recs = corpus.load_jsonl("math_heldout.jsonl")
-    docs = [schema.math_prompt(r["question"]) + schema.math_completion(r["steps"], r["answer"]) for r in recs[:n_docs]]
+    docs = texts if texts is not None else [schema.math_prompt(r["question"]) + schema.math_completion(
+        r["steps"], r["answer"]) for r in recs[:n_docs]]
     enc = [tokenizer(d, add_special_tokens=False)["input_ids"] for d in docs]
     L = min(map(len, enc))
     ids = torch.tensor([e[:L] for e in enc], device=dev)
     ref = model(input_ids=ids).logits.float()
-    prompts = [tokenizer(schema.math_prompt(r["question"]), add_special_tokens=False)["input_ids"]
-               for r in recs[n_docs:n_docs + n_prompts]]
+    prompt_texts = prompt_texts if prompt_texts is not None else [schema.math_prompt(r["question"])
+                                                                  for r in recs[n_docs:n_docs + n_prompts]]
+    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompt_texts[:n_prompts]]
     rows = {}
     for name, prec in precisions.items():
         rm = RolloutModel(model, prec, dtype=torch.float16 if dev.type == "cuda" else torch.float32)
@@ -320,12 +328,16 @@ def drift_table(model, tokenizer, precisions: dict, n_docs: int = 64, n_math: in
         row = {"kl_per_token": token_kl(ref, lg), "top1_agreement": (ref.argmax(-1) == lg.argmax(-1)).float().mean().item(),
                "linear_weight_bytes": linear_weight_bytes(rm.model), "policy_weight_bytes": prec.weight_bytes(model),
                "fp16_modules": len(prec.fp16_modules), "phases": prec.phases}
-        eng = StaticEngine(rm, max_len=192, **(engine_kwargs or {}))
+        eng = StaticEngine(rm, max_len=max_len, **(engine_kwargs or {}))
         sample_groups(eng, [prompts[0]] * group, group, new_tokens, 1.0, None)  # warm-up (graph capture)
         _, _, st = sample_groups(eng, [p for p in prompts for _ in range(group)], group, new_tokens, 1.0, None)
         row["rollout_tokens_per_s"] = st["tokens"] / st["seconds"]
-        row["math_heldout_accuracy"] = eval_math(rm.model, tokenizer, n_math, 4, 64, dev)["math_exact_match"]
-        row["math_n"] = n_math
+        if accuracy is not None:
+            k, n = accuracy(rm.model)
+            row["accuracy"], row["accuracy_k"], row["accuracy_n"] = (k / n if n else float("nan")), k, n
+        else:
+            row["math_heldout_accuracy"] = eval_math(rm.model, tokenizer, n_math, 4, 64, dev)["math_exact_match"]
+            row["math_n"] = n_math
         rows[name] = row
         del eng, rm
     return rows
