@@ -263,8 +263,13 @@ def benchmark(out_dir=None, *, profile: str = "gpu", quick: bool = False, ids=No
     notebook); the protocol is ``processes=3``.
     """
     t_start = time.perf_counter()
+    if profile not in ("gpu", "cpu"):
+        raise ValueError(f"profile must be 'gpu' or 'cpu', got {profile!r}")
     table, long, _ = _table(profile)
     ids = list(ids) if ids else [s.id for s in table]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"ids: each shape once, got {ids}")
+    S.by_id(ids, table)  # unknown ids: a ValueError naming them, before any work
     procs = (1 if quick else timing.PROCESSES) if processes is None else processes
     n_meas = max(1, procs)
     warmup = warmup if warmup is not None else (10 if quick else timing.WARMUP)
@@ -494,7 +499,20 @@ def main(argv=None) -> int:
     ap.add_argument("--no-long", action="store_true", help="skip shape 14")
     ap.add_argument("--profile", default="gpu", choices=("gpu", "cpu"))
     a = ap.parse_args(argv)
-    ids = [int(v) for v in a.shapes.split(",")] if a.shapes else None
+    ids = None
+    if a.shapes:
+        try:
+            ids = [int(v) for v in a.shapes.split(",")]
+        except ValueError:
+            ap.error(f"--shapes: comma-separated shape ids, got {a.shapes!r}")
+        table = _table(a.profile)[0]
+        if len(set(ids)) != len(ids) or not all(i in {s.id for s in table} for i in ids):
+            ap.error(f"--shapes: each shape once, from {[s.id for s in table]}; got {a.shapes!r}")
+    if a.out is not None:
+        try:
+            results.check_writable(a.out, "--out", directory=True)
+        except ValueError as e:
+            ap.error(str(e))
     try:
         figs = run(a.out, quick=a.quick, ids=ids, compile_peer=not a.no_compile, long_context=not a.no_long,
                    profile=a.profile)
