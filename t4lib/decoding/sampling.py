@@ -30,8 +30,8 @@ class Sampler:
 
     def __post_init__(self):
         if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
-                or not self.temperature > 0:
-            raise ValueError(f"temperature must be a number > 0 when sampling, got {self.temperature!r}")
+                or not 0 < self.temperature < float("inf"):
+            raise ValueError(f"temperature must be a finite number > 0 when sampling, got {self.temperature!r}")
         if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
             raise ValueError(f"top_k must be an int >= 0 (0: no top-k cut), got {self.top_k!r}")
         check_top_p(self.top_p)
@@ -96,8 +96,14 @@ def speculative_accept(p: torch.Tensor, q: torch.Tensor | None, draft: torch.Ten
     if p.dim() != 2:
         raise ValueError(f"p must be [k+1, V], got {list(p.shape)}")
     k = p.shape[0] - 1
-    if draft.dim() != 1 or draft.shape[0] != k:
-        raise ValueError(f"draft must be [k] with k = {k}, got {list(draft.shape)}")
+    if not isinstance(draft, torch.Tensor) or draft.dim() != 1 or draft.shape[0] != k:
+        raise ValueError(f"draft must be a [k] tensor with k = {k}, got "
+                         f"{list(draft.shape) if isinstance(draft, torch.Tensor) else type(draft).__name__}")
+    if draft.dtype.is_floating_point or draft.dtype.is_complex or draft.dtype == torch.bool:
+        raise TypeError(f"draft must hold integer token ids, got {draft.dtype}")
+    if k and not (0 <= int(draft.min()) and int(draft.max()) < p.shape[1]):
+        raise ValueError(f"draft token ids must be in [0, {p.shape[1]}) (the vocabulary of p), got "
+                         f"{draft.tolist()}")
     p = p.detach().double().cpu()
     q = None if q is None else q.detach().double().cpu()
     u = torch.rand(k, generator=generator, dtype=torch.float64)

@@ -115,6 +115,12 @@ def load(model_id_or_path: str, *, dtype=None, device=None, offline: bool | None
         raise ValueError(f"model_id_or_path must be a non-empty string or path, got {model_id_or_path!r}")
     from transformers import AutoModelForCausalLM  # optional: transformers (the train extra)
 
+    if device is not None:
+        import torch  # optional: torch comes with transformers
+        try:
+            torch.device(device)
+        except (RuntimeError, TypeError) as e:
+            raise ValueError(f"device must be a torch device or its name (cpu, cuda, cuda:1), got {device!r}") from e
     name = str(model_id_or_path)
     if name in presets.PRESETS and not Path(name).exists():
         path = presets.checkpoint_dir(name)

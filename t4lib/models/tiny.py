@@ -351,6 +351,8 @@ def train(preset: str | Preset, out=None, *, steps: int | None = None, device: s
     save it (fp16 safetensors + tokenizer), its record and loss plot into
     ``out`` (default ``data/models/<preset>``). ``overrides`` replaces training
     fields of the preset (see ``override_preset``). Returns the record."""
+    if not isinstance(preset, (str, Preset)):
+        raise TypeError(f"preset must be a preset name or a Preset, got {type(preset).__name__}")
     p = get_preset(preset) if isinstance(preset, str) else preset
     p = override_preset(p, overrides)
     if steps is not None:

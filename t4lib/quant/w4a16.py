@@ -34,6 +34,8 @@ def _check_weight(weight, group_size) -> tuple[int, int]:
     if weight.dim() != 2:
         raise ValueError(f"weight must be 2-D [N, K], got shape {list(weight.shape)}")
     N, K = weight.shape
+    if N < 1:
+        raise ValueError(f"weight must have at least one row (output feature), got shape {list(weight.shape)}")
     check_group_size(group_size, K)
     if not torch.isfinite(weight).all():
         raise ValueError("weight contains NaN or Inf")
