@@ -1,0 +1,14 @@
+"""A random 2-layer Qwen2 for CPU engine tests: weight std 0.5, so its greedy tokens vary from step to step
+(a comparison of two decodes means something only then)."""
+import torch
+
+V = 256
+
+
+def wandering_qwen2(**cfg):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(5)
+    kw = dict(vocab_size=V, hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=256, tie_word_embeddings=True, initializer_range=0.5)
+    return Qwen2ForCausalLM(Qwen2Config(**{**kw, **cfg})).eval()
