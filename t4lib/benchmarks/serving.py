@@ -4,6 +4,9 @@ against Hugging Face ``generate`` with a static cache, and batched sampling at t
 Qwen2.5-1.5B shape, StaticEngine W4A16 against fp16 (GRPO-style groups; the batch
 rows go through ``ops.w4a16.matmul``'s small-M GEMM).
 
+Every figure times a fixed number of new tokens (``StaticEngine.generate_with_stats``, no stop at EOS; the
+Hugging Face baseline with ``min_new_tokens``), so a figure means the same whatever the model would say.
+
 ``run(out_dir)`` writes ``w4a16_serving.json`` and ``w4a16_serve_batch.json`` under
 ``out_dir`` (``python -m t4lib bench serving``). The kernels alone are timed in
 :mod:`t4lib.benchmarks.w4a16`.
@@ -69,7 +72,7 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
 
     def engine(**kw):
         eng = StaticEngine(m, max_len=max_len, **kw)
-        eng.generate(ids, 8)  # compile, capture, warm up
+        eng.generate_with_stats(ids, 8)  # compile, capture, warm up
         return eng
 
     if hf_baseline:
@@ -85,7 +88,7 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
                  f"({t_hf * 1e3:.1f} and {t_hf1 * 1e3:.1f} ms)")
     fuse_projections(m)
     eng = engine()
-    r16 = eng.generate(ids, new_tokens)
+    r16 = eng.generate_with_stats(ids, new_tokens)
     fig("engine_fp16/decode_tokens_per_s", r16.decode_tokens_per_s, "tokens/s", note="compiled, fused projections",
         **_engine_meta(r16))
     del eng
@@ -97,13 +100,13 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
                                                                              "projections"),
                            ("engine_w4a16_unfused", {}, "CUDA graph of the compiled step, separate projections")):
         eng = engine(**kw)
-        r = eng.generate(ids, new_tokens)
+        r = eng.generate_with_stats(ids, new_tokens)
         fig(f"{name}/decode_tokens_per_s", r.decode_tokens_per_s, "tokens/s", note=note, **_engine_meta(r))
         del eng
     fuse_projections(m)
     eng = engine()
-    t_e2e = timing.wall_time(lambda: eng.generate(ids, new_tokens))
-    r = eng.generate(ids, new_tokens)
+    t_e2e = timing.wall_time(lambda: eng.generate_with_stats(ids, new_tokens))
+    r = eng.generate_with_stats(ids, new_tokens)
     fig("engine_w4a16/tokens_per_s", new_tokens / t_e2e, "tokens/s",
         note=f"end to end like the HF figure ({'graph-replayed' if r.prefill_graph else 'eager'} prefill + decode)",
         **_engine_meta(r))
@@ -125,7 +128,7 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
     del eng
     set_activations(m, "int8")  # W4A8: the decode GEMVs on int8 activations (other numerics)
     eng = engine()
-    r8 = eng.generate(ids, new_tokens)
+    r8 = eng.generate_with_stats(ids, new_tokens)
     fig("engine_w4a8/decode_tokens_per_s", r8.decode_tokens_per_s, "tokens/s",
         note="as engine_w4a16 with activations='int8' on every QuantLinear (decode GEMVs W4A8)", **_engine_meta(r8))
     fig("engine_w4a8/frac_copy_bw", r8.frac_copy_bw, "fraction", "ARITHMETIC",
@@ -172,8 +175,8 @@ def serve_batch_compare(label: str, cfg_kw: dict, batches=(8, 64), new_tokens: i
         out = {}
         for B in batches:
             kw = dict(do_sample=True, temperature=1.0, top_k=50, seed=0)
-            eng.generate(prompts[B], 8, **kw)  # capture, warm up
-            r = eng.generate(prompts[B], new_tokens, **kw)
+            eng.generate_with_stats(prompts[B], 8, **kw)  # capture, warm up
+            r = eng.generate_with_stats(prompts[B], new_tokens, **kw)
             out[B] = r
             figs.append(results.figure(f"{label}/b{B}/engine_{tag}/decode_tokens_per_s", r.decode_tokens_per_s * B,
                                        "tokens/s", "MEASURED", SOURCE, env=env, graph=r.graph,
@@ -234,14 +237,16 @@ def run(out_dir: str | Path, quick: bool = False, serving: bool = True, serve_ba
                              [(label, lambda: serve_batch_compare(label, QWEN15, new_tokens=n, compile=True)),
                               (f"{label}/uncompiled", lambda: serve_batch_compare(f"{label}/uncompiled", QWEN15,
                                                                                   new_tokens=n, compile=False))],
-                             "random weights, Qwen2.5-1.5B shape, batched sampling, StaticEngine fp16 vs W4A16",
+                             "random weights, Qwen2.5-1.5B shape, batched sampling, StaticEngine fp16 vs W4A16; "
+                             "a fixed number of new tokens per row (generate_with_stats: no EOS stop)",
                              figs=[timing.copy_bandwidth_figure(SOURCE)])
     if serving:
         shapes = (("serve/qwen2.5-0.5b-shape", QWEN05, 128), ("serve/qwen2.5-7b-shape", QWEN7B, 128))
         all_figs += _section(out_dir / "w4a16_serving.json",
                              [(label, lambda label=label, cfg=cfg, n=n: serve_compare(
                                  label, cfg, new_tokens=n // (2 if quick else 1))) for label, cfg, n in shapes],
-                             "random weights, batch 1, greedy; HF baseline is fp16 with a static cache")
+                             "random weights, batch 1, greedy; HF baseline is fp16 with a static cache; both decode "
+                             "a fixed number of new tokens (no EOS stop: generate_with_stats, min_new_tokens)")
     return all_figs
 
 

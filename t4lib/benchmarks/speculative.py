@@ -10,8 +10,9 @@ exactness fraction; the verify-cost curve at the Qwen2.5-0.5B and 7B shapes with
 Protocol: every method decodes each prompt greedily until EOS or ``max_new`` tokens and is timed end
 to end (prefill included, synchronised), one prompt after another at batch 1, after one warm-up
 prompt (the engines: after an untimed pass over every prompt, as the references' pass gives
-``StaticEngine``). ``StaticEngine`` cannot stop at EOS, so it is given each prompt's greedy length (the
-reference's), which makes it decode exactly the same tokens. Batch 8: eight prompts per call; our
+``StaticEngine``). ``StaticEngine`` is timed on a fixed number of tokens (``generate_with_stats``, no stop at
+EOS): it is given each prompt's greedy length (the reference's), which makes it decode exactly the same
+tokens without the host checks an EOS stop costs. Batch 8: eight prompts per call; our
 engine takes them ragged; the ``StaticEngine`` batch needs one prompt length, so its prompts are
 left-truncated to the batch's shortest (its cost does not depend on token values), and it decodes until
 the batch's longest reference. Rates are generated tokens (up to EOS) per second. Where the time goes
@@ -93,7 +94,7 @@ def greedy_references(model, prompts, max_new: int, eos: int | None = EOS, max_l
     eng = engine if engine is not None else StaticEngine(model, max_len=max_len)
     refs, gaps = [], []
     for p in prompts:
-        r = eng.generate(torch.tensor([p]), max_new, eos_token_id=eos, output_logits=True)
+        r = eng.generate_with_stats(torch.tensor([p]), max_new, eos_token_id=eos, output_logits=True)
         n = r.lengths[0]
         refs.append(r.new_tokens[0, :n].tolist())
         top2 = r.logits[0, :n].topk(2, dim=-1).values
@@ -144,7 +145,7 @@ def hf_runner(model, prompts, max_new: int, **kw):
 
 def spec_runner(eng: SpeculativeEngine, prompts, max_new: int, stats: list):
     def run(i):
-        r = eng.generate([prompts[i]], max_new, eos_token_id=EOS)
+        r = eng.generate_with_stats([prompts[i]], max_new, eos_token_id=EOS)
         stats.append(r.stats)
         return r.new_tokens[0]
     return run
@@ -154,7 +155,7 @@ def static_runner(eng, prompts, lengths, split: list | None = None):
     """``StaticEngine`` decoding prompt ``i`` for ``lengths[i]`` tokens; ``split`` collects each call's
     (time to first token, decode seconds, whether the prefill replayed a graph)."""
     def run(i):
-        r = eng.generate(torch.tensor([prompts[i]]), lengths[i])
+        r = eng.generate_with_stats(torch.tensor([prompts[i]]), lengths[i])
         if split is not None:
             split.append((r.ttft_s, r.decode_s, r.prefill_graph))
         return r.new_tokens[0].tolist()
@@ -419,9 +420,9 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
             ids = torch.tensor([ps[i][-m:] for i in g])
             longest = max(len(refs[kind][i]) for i in g)
             _sync(); t0 = time.perf_counter()
-            se_b.generate(ids, longest)
+            se_b.generate_with_stats(ids, longest)
             _sync(); t1 = time.perf_counter()
-            r = eng.generate([ps[i] for i in g], max_new, eos_token_id=EOS)
+            r = eng.generate_with_stats([ps[i] for i in g], max_new, eos_token_id=EOS)
             _sync(); t2 = time.perf_counter()
             if gi:
                 t_sb += t1 - t0

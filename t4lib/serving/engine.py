@@ -26,9 +26,18 @@ says so when dynamo ran the step as plain Python (past its recompile limit).
 Works for any HF causal LM whose forward accepts ``past_key_values``,
 ``cache_position`` and ``position_ids`` (Qwen2, Llama, Mistral, ...), with
 ``nn.Linear`` or :class:`t4lib.quant.QuantLinear` layers; what it needs of
-``transformers`` goes through :mod:`.hf_compat`. Decoding always runs
-``max_new_tokens`` steps; ``lengths`` says how many tokens of each row come up
-to and including its first ``eos_token_id`` (an int or a list of ints).
+``transformers`` goes through :mod:`.hf_compat`.
+
+Two calls. :meth:`StaticEngine.generate` is ``model.generate``'s: a
+``GenerationConfig`` (default ``model.generation_config``) with keyword
+overrides, greedy or sampled (temperature, top-k, top-p, repetition penalty, as
+Hugging Face's logits processors compute them), each row stopping at its first
+EOS and padded after it, a ``streamer``, and a LongTensor of sequences back (or,
+with ``return_dict_in_generate=True``, a :class:`GenerateResult`).
+:meth:`StaticEngine.generate_with_stats` is what benchmarks time: exactly
+``max_new_tokens`` steps (no EOS stop unless asked); ``lengths`` says how many
+tokens of each row come up to and including its first ``eos_token_id`` (an int
+or a list of ints).
 
 Ragged batches: prompts of different lengths (a list of token lists, or a
 ``[B, T]`` tensor with an ``attention_mask`` whose ones are contiguous, left or
@@ -66,7 +75,8 @@ import torch
 from torch import nn
 
 from t4lib.quant.linear import QuantLinear
-from t4lib.decoding.sampling import scaled_logits
+from t4lib.decoding import config as generation
+from t4lib.decoding.sampling import check_top_p, penalize_repeats, scaled_logits
 from t4lib.decoding.tokens import eos_ids, token_rows, vocab_size
 from t4lib.serving import hf_compat
 from t4lib.core import graphs, hw
@@ -126,7 +136,7 @@ def kv_bytes_per_position(model: nn.Module, batch_size: int = 1) -> int:
     return 2 * cfg.num_hidden_layers * n_kv * head_dim * torch.finfo(dtype).bits // 8 * batch_size
 
 
-def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int,
+def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: int, top_p: float = 1.0,
             logprobs: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """[B, V] -> ([B] next tokens, [B] their log-probabilities under :func:`t4lib.decoding.sampling.scaled_logits` or None);
     capture-safe (no host sync). Greedy at ``temperature == 0``: the distribution is the point mass on the
@@ -135,9 +145,9 @@ def _select(logits: torch.Tensor, do_sample: bool, temperature: float, top_k: in
         nxt = logits.float().argmax(dim=-1)
         if logprobs and temperature == 0:
             return nxt, torch.zeros(nxt.shape, dtype=torch.float32, device=nxt.device)
-        scaled = scaled_logits(logits, temperature, top_k) if logprobs else None
+        scaled = scaled_logits(logits, temperature, top_k, top_p) if logprobs else None
     else:
-        scaled = scaled_logits(logits, temperature, top_k)
+        scaled = scaled_logits(logits, temperature, top_k, top_p)
         u = torch.rand_like(scaled).clamp_(1e-10, 1.0 - 1e-7)
         nxt = (scaled - torch.log(-torch.log(u))).argmax(dim=-1)  # Gumbel-max: a sample of softmax(scaled)
     if not logprobs:
@@ -232,8 +242,8 @@ class StaticEngine:
 
     # ------------------------------------------------------------------ setup
     def _setup(self, B: int, do_sample: bool, temperature: float, top_k: int, output_logits: bool,
-               output_logprobs: bool, ragged: bool):
-        key = (B, do_sample, temperature, top_k, output_logits, output_logprobs, ragged)
+               output_logprobs: bool, ragged: bool, top_p: float = 1.0, repetition_penalty: float = 1.0):
+        key = (B, do_sample, temperature, top_k, output_logits, output_logprobs, ragged, top_p, repetition_penalty)
         if self._key != key:
             self.cache = hf_compat.static_cache(self.model.config, self.max_len)
             dev = self.device
@@ -244,7 +254,11 @@ class StaticEngine:
             self.step_idx = torch.zeros(1, dtype=torch.long, device=dev)
             self.out = torch.zeros(B, self.max_len, dtype=torch.long, device=dev)
             self.graph, self.graph_error, self._key = None, None, key
-            self._sel = (do_sample, temperature, top_k)
+            self._sel = (do_sample, temperature, top_k, top_p)
+            self._penalty = repetition_penalty
+            # tokens each row has seen (prompt and generated), for the repetition penalty
+            self._seen = torch.zeros(B, self.vocab, dtype=torch.bool, device=dev) if repetition_penalty != 1.0 \
+                else None
             self.scores = None  # [B, max_len, V] fp32, allocated at the first prefill when output_logits
             self.logprobs = torch.zeros(B, self.max_len, device=dev) if output_logprobs else None
             # prefill buffers and graphs per padded length (they hold this cache's tensors)
@@ -286,13 +300,23 @@ class StaticEngine:
         logits = fwd(self.ids, self.pos)
         if self.scores is not None:
             self.scores.index_copy_(1, self.step_idx, logits[:, -1:].float())
-        nxt, lp = _select(logits[:, -1], *self._sel, logprobs=self.logprobs is not None)
+        nxt, lp = self._choose(logits[:, -1])
         if lp is not None:
             self.logprobs.index_copy_(1, self.step_idx, lp[:, None])
         self.ids.copy_(nxt[:, None])
         self.out.index_copy_(1, self.step_idx, nxt[:, None])
         self.pos.add_(1)
         self.step_idx.add_(1)
+
+    def _choose(self, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The next token of each row from its logits ``[B, V]`` (the repetition penalty on the tokens it has
+        seen, then :func:`_select`), recorded as seen. Capture-safe."""
+        if self._seen is not None:
+            logits = penalize_repeats(logits, self._seen, self._penalty)
+        nxt, lp = _select(logits, *self._sel, logprobs=self.logprobs is not None)
+        if self._seen is not None:
+            self._seen.scatter_(1, nxt[:, None], True)
+        return nxt, lp
 
     # ------------------------------------------------------------------ prefill
     def _prefill_body(self, Tp: int):
@@ -373,7 +397,7 @@ class StaticEngine:
         cache's position counters included, as it was: the captured step then starts from the state
         the eager step would see. Raises if the cache keeps a host-side counter that a step advances."""
         counters, host = self._cache_counters()
-        bufs = [self.ids, self.pos, self.step_idx, self.out, *counters]
+        bufs = [self.ids, self.pos, self.step_idx, self.out, *counters] + ([self._seen] if self._seen is not None else [])
         saved = [t.clone() for t in bufs]
 
         def restore():
@@ -431,22 +455,91 @@ class StaticEngine:
         return rows, eos_ids(eos_token_id, self.vocab)
 
     @torch.no_grad()
-    def generate(self, input_ids, max_new_tokens: int, *, attention_mask: torch.Tensor | None = None,
-                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, seed: int | None = None,
-                 eos_token_id: int | list[int] | None = None, output_logits: bool = False,
-                 output_logprobs: bool = False) -> GenerateResult:
-        """Decode ``max_new_tokens`` tokens after each prompt of ``input_ids``: a ``[B, T]`` (or ``[T]``)
-        integer tensor, with an optional ``attention_mask [B, T]`` marking each row's real tokens, or a list
-        of token lists of any lengths (see module docstring: each row decodes as it would alone)."""
+    def generate(self, input_ids=None, generation_config=None, streamer=None, **kwargs):
+        """``model.generate``'s call: the prompts (``input_ids [B, T]``, with ``attention_mask [B, T]`` for a
+        padded batch, left or right; or a list of token lists) decoded under ``generation_config`` (a
+        ``transformers.GenerationConfig``, default ``model.generation_config``: its EOS list, ``do_sample``,
+        ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``), updated by keyword overrides
+        (``max_new_tokens=64``, ``do_sample=False``, ``eos_token_id=...``). Each row stops at its first EOS and is
+        filled with ``pad_token_id`` after it; decoding ends when every row has stopped or after
+        ``max_new_tokens``. ``streamer`` (``transformers.TextStreamer``, or anything with ``put``/``end``) gets
+        the prompt, then each step's tokens. The engine's own keywords: ``seed``, ``output_logprobs``.
+
+        Returns what ``model.generate`` returns: a LongTensor ``[B, T + n]`` of sequences, prompt included
+        (``input_ids`` as given; token lists left-padded with ``pad_token_id``), on ``input_ids``' device; with
+        ``return_dict_in_generate=True`` a :class:`GenerateResult` whose ``sequences`` is that tensor, beside the
+        engine's statistics (time to first token, decode tokens/s, ``lengths``, ``logits`` with
+        ``output_logits=True`` as one ``[B, n, V]`` tensor). Greedy decoding gives ``model.generate``'s tokens.
+
+        :meth:`generate_with_stats` decodes a fixed number of tokens (no EOS stop) and returns the statistics:
+        what benchmarks time."""
+        if input_ids is None:
+            input_ids = kwargs.pop("inputs", None)
+        if input_ids is None:
+            raise TypeError("generate() needs input_ids (a [B, T] integer tensor or a list of token lists)")
+        own = {k: kwargs.pop(k) for k in ("attention_mask", "seed", "output_logprobs") if k in kwargs}
+        if isinstance(input_ids, torch.Tensor):
+            T = input_ids.shape[-1]
+        else:
+            T = max((len(r) if isinstance(r, (list, tuple)) else 1 for r in input_ids), default=0) \
+                if isinstance(input_ids, (list, tuple)) else 0
+        gen, rest = generation.resolve(self.model, T, self.vocab, generation_config, **kwargs)
+        if rest:
+            raise TypeError(f"generate() got keywords neither GenerationConfig nor StaticEngine knows: "
+                            f"{sorted(rest)}")
+        res = self.generate_with_stats(
+            input_ids, gen.max_new_tokens, attention_mask=own.get("attention_mask"), do_sample=gen.do_sample,
+            temperature=gen.temperature, top_k=gen.top_k, top_p=gen.top_p,
+            repetition_penalty=gen.repetition_penalty, seed=own.get("seed"), eos_token_id=list(gen.eos) or None,
+            output_logits=gen.output_logits, output_logprobs=own.get("output_logprobs", False),
+            stop_at_eos=True, streamer=streamer, pad_token_id=gen.pad_token_id)
+        new, res.lengths = generation.pad_after_eos(res.new_tokens, gen.eos, gen.pad_token_id)
+        n = new.shape[1]
+        if isinstance(input_ids, torch.Tensor):
+            prompt = input_ids if input_ids.dim() == 2 else input_ids[None]
+        else:
+            prompt = res.sequences[:, :T]
+            for b, m in enumerate(res.prompt_lengths):
+                prompt[b, :T - m] = gen.pad_token_id
+        res.sequences = torch.cat([prompt, new.to(prompt.device)], dim=1)
+        res.new_tokens = new
+        if res.logits is not None:
+            res.logits = res.logits[:, :n]
+        if res.logprobs is not None:
+            res.logprobs = res.logprobs[:, :n]
+        return res if gen.return_dict_in_generate else res.sequences
+
+    @torch.no_grad()
+    def generate_with_stats(self, input_ids, max_new_tokens: int, *, attention_mask: torch.Tensor | None = None,
+                            do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                            repetition_penalty: float = 1.0, seed: int | None = None,
+                            eos_token_id: int | list[int] | None = None, output_logits: bool = False,
+                            output_logprobs: bool = False, stop_at_eos: bool = False, streamer=None,
+                            pad_token_id: int = 0) -> GenerateResult:
+        """The engine's own call: decode exactly ``max_new_tokens`` tokens after each prompt of ``input_ids`` (no
+        stop at EOS unless ``stop_at_eos``; ``lengths`` says where each row's first ``eos_token_id`` is), and
+        return them with the call's statistics (:class:`GenerateResult`, tensors on the CPU). ``input_ids``: a
+        ``[B, T]`` (or ``[T]``) integer tensor, with an optional ``attention_mask [B, T]`` marking each row's real
+        tokens, or a list of token lists of any lengths (see module docstring: each row decodes as it would
+        alone). A fixed token count is what benchmarks time; :meth:`generate` is ``model.generate``'s call.
+        ``stop_at_eos``: end once every row has produced an EOS (checked every step on the CPU or with a
+        ``streamer``, every 8 graph replays otherwise; tokens past a row's EOS are left as decoded).
+        ``streamer`` gets the prompt, then each step's tokens (``pad_token_id`` for rows past their EOS)."""
         rows, eos = self._check_generate(input_ids, attention_mask, max_new_tokens, do_sample, temperature,
                                          top_k, seed, eos_token_id)
+        if do_sample:
+            check_top_p(top_p)
+        if isinstance(repetition_penalty, bool) or not isinstance(repetition_penalty, numbers.Real) \
+                or not math.isfinite(repetition_penalty) or not repetition_penalty > 0:
+            raise ValueError(f"repetition_penalty must be a finite number > 0 (1.0: none), got {repetition_penalty!r}")
         lens = [len(r) for r in rows]
         B, T = len(rows), max(lens)
         ragged = min(lens) != T
         # left padding with each row's first token (any id would do: the mask hides them)
         prompt = torch.tensor([[r[0]] * (T - len(r)) + r for r in rows], dtype=torch.long)
         cuda = self.device.type == "cuda"
-        self._setup(B, do_sample, float(temperature), int(top_k), bool(output_logits), bool(output_logprobs), ragged)
+        self._setup(B, do_sample, float(temperature), int(top_k), bool(output_logits), bool(output_logprobs), ragged,
+                    float(top_p) if do_sample else 1.0, float(repetition_penalty))
         if ragged:
             self._pad.copy_(torch.tensor([T - n for n in lens]))
         if seed is not None:
@@ -461,7 +554,9 @@ class StaticEngine:
             if self.scores is None:
                 self.scores = torch.zeros(B, self.max_len, logits.shape[-1], device=self.device)
             self.scores[:, 0] = logits[:, -1].float()
-        first, lp = _select(logits[:, -1], *self._sel, logprobs=self.logprobs is not None)
+        if self._seen is not None:   # a ragged row's left pads repeat its first token: seen either way
+            self._seen.zero_().scatter_(1, ids, True)
+        first, lp = self._choose(logits[:, -1])
         if lp is not None:
             self.logprobs[:, 0] = lp
         self.ids.copy_(first[:, None])
@@ -475,30 +570,51 @@ class StaticEngine:
             self._capture()
         elif self.compile and not self.use_graph and self._decode_forward is None and self.compile_error is None:
             self._decode_forward = torch.compile(self._forward, dynamic=False)
+        eos_t = torch.tensor(eos, device=self.device) if eos else None
+        stop = stop_at_eos and eos_t is not None
+
+        def stopped(n: int) -> torch.Tensor:   # [B] whether row b has an EOS among its first n tokens
+            return torch.isin(self.out[:, :n], eos_t).any(dim=1)
+
+        if streamer is not None:
+            streamer.put(prompt)
+            streamer.put(self.out[:, 0].cpu())
         t1 = time.perf_counter()
-        for _ in range(max_new_tokens - 1):
-            if self.graph is not None:
-                self.graph.replay()
-            else:
-                self._step()
+        n = 1
+        if not (stop and bool(stopped(1).all())):
+            for _ in range(max_new_tokens - 1):
+                if self.graph is not None:
+                    self.graph.replay()
+                else:
+                    self._step()
+                n += 1
+                if streamer is not None:
+                    tok = self.out[:, n - 1].cpu()
+                    if eos_t is not None:
+                        tok = tok.masked_fill(stopped(n - 1).cpu(), pad_token_id)
+                    streamer.put(tok)
+                if stop and (streamer is not None or self.graph is None or n % 8 == 0) and bool(stopped(n).all()):
+                    break
+        if streamer is not None:
+            streamer.end()
         if cuda:
             torch.cuda.synchronize()
         decode = time.perf_counter() - t1
         if self._decode_forward is not None and not self._ran_compiled and self.compile_error is None \
-                and max_new_tokens > 1:
+                and n > 1:
             self.compile_error = ("torch.compile ran the decode step uncompiled (dynamo's recompile limit for "
                                   "StaticEngine._forward reached? see torch._dynamo.config.recompile_limit)")
             warnings.warn(f"StaticEngine: {self.compile_error}", RuntimeWarning)
         # copies: on a CPU .cpu() would return views of the engine's buffers, which the next call rewrites
-        new = self.out[:, :max_new_tokens].to("cpu", copy=True)
-        lengths = [max_new_tokens] * B
+        new = self.out[:, :n].to("cpu", copy=True)
+        lengths = [n] * B
         if eos:
             hits = torch.isin(new, torch.tensor(eos))
             for b in range(B):
                 hit = hits[b].nonzero()
                 if len(hit):
                     lengths[b] = int(hit[0]) + 1
-        steps = max_new_tokens - 1
+        steps = n - 1
         if ragged:   # the pads shown as the model's pad id (0 without one)
             pad_id = getattr(self.model.config, "pad_token_id", None)
             pad_id = pad_id if isinstance(pad_id, int) and 0 <= pad_id < self.vocab else 0
@@ -511,11 +627,10 @@ class StaticEngine:
                              prefill_graph=prefill_graph,
                              compiled=self._decode_forward is not None and self._ran_compiled,
                              compile_error=self.compile_error,
-                             logits=self.scores[:, :max_new_tokens].to("cpu", copy=True) if output_logits else None,
-                             logprobs=self.logprobs[:, :max_new_tokens].to("cpu", copy=True) if output_logprobs
-                             else None,
+                             logits=self.scores[:, :n].to("cpu", copy=True) if output_logits else None,
+                             logprobs=self.logprobs[:, :n].to("cpu", copy=True) if output_logprobs else None,
                              weight_bytes=self._bytes[0])
-        avg_len = T + max_new_tokens / 2
+        avg_len = T + n / 2
         res.bytes_per_step = self._bytes[1] + self._bytes[2] * avg_len
         if cuda:
             res.peak_mem_bytes = torch.cuda.max_memory_allocated(self.device)

@@ -113,7 +113,7 @@ class DraftModelDrafter(Drafter):
     once (:func:`_plain_decoder`: the prompt-bucket prefill graph, then ``k - 1`` plain steps in one chunk: two
     host round trips per proposal, on a GPU all graph replays); the draft cache is not kept between proposals,
     so each re-reads its context, as one prefill graph replay. When the engine samples, a
-    :class:`t4lib.serving.StaticEngine` draws the drafts with the engine's temperature and top-k, returning the
+    :class:`t4lib.serving.StaticEngine` draws the drafts with the engine's temperature, top-k and top-p, returning the
     draft distribution ``q`` of each token (from the logits it sampled from), seeded from the caller's generator
     (``StaticEngine`` seeds torch's global generator). ``max_batch_size``: the most contexts per proposal (the
     decoder allocates a cache per batch size actually used); ``k_max``: the longest draft."""
@@ -138,7 +138,7 @@ class DraftModelDrafter(Drafter):
         n = min(k, self.max_len - max(len(c) for c in contexts)) if contexts else 0
         if n < 1:   # the longest context leaves no room: draft nothing
             return [[] for _ in contexts]
-        r = self.decoder.generate([list(c) for c in contexts], n, eos_token_id=list(self.eos_token_id) or None)
+        r = self.decoder.generate_with_stats([list(c) for c in contexts], n, eos_token_id=list(self.eos_token_id) or None)
         return [list(map(int, d)) for d in r.new_tokens]   # cut after EOS by the decoder
 
     def propose_sampled(self, contexts, k, sampler, generator):
@@ -150,9 +150,9 @@ class DraftModelDrafter(Drafter):
                 qs.append(None)
                 continue
             seed = int(torch.randint(0, 2 ** 62, (1,), generator=generator))
-            r = self.engine.generate(torch.tensor([c], dtype=torch.long), budget, do_sample=True,
-                                     temperature=sampler.temperature, top_k=sampler.top_k, seed=seed,
-                                     output_logits=True)
+            r = self.engine.generate_with_stats(torch.tensor([c], dtype=torch.long), budget, do_sample=True,
+                                                temperature=sampler.temperature, top_k=sampler.top_k,
+                                                top_p=sampler.top_p, seed=seed, output_logits=True)
             d = self._cut_at_eos(r.new_tokens[0].tolist(), self.eos_token_id)
             out.append(d)
             qs.append(sampler.probs(r.logits[0, :len(d)]))

@@ -72,9 +72,9 @@ from t4lib.decoding.tokens import eos_ids, token_rows, vocab_size
 from t4lib.speculative.cache import RowStaticCache, causal_row_mask
 from t4lib.core import graphs
 from t4lib.decoding.drafter import Drafter
+from t4lib.decoding import config as generation
 from t4lib.decoding.sampling import Sampler, sample, speculative_accept
-
-warnings.filterwarnings("ignore", message=".*past_key_values.*deprecated", category=FutureWarning)
+from t4lib.serving import hf_compat
 
 # end-of-sequence ids a call on device rounds can stop at (``_BatchState.eos``, padded with -1)
 EOS_MAX = 8
@@ -187,6 +187,7 @@ class SpecResult:
     compiled: bool
     compile_error: str | None = None
     do_sample: bool = False
+    sequences: torch.Tensor | None = None   # from generate(): [B, T + n] prompt and new tokens, padded after EOS
 
 
 class _BatchState:
@@ -250,6 +251,7 @@ class SpeculativeEngine:
             raise TypeError(f"drafter must be a t4lib.speculative Drafter, got {type(drafter).__name__}")
         vocab = int(model.config.vocab_size)
         self.vocab = vocab_size(model)   # what a prompt's ids index (the embedding's rows)
+        self._cache_arg = hf_compat.cache_argument(model)   # the forward's name for the cache
         dv = getattr(drafter, "vocab_size", None)
         if dv is not None and dv != vocab:
             raise ValueError(f"drafter: the draft model's vocabulary ({dv} tokens) differs from the target's "
@@ -312,7 +314,7 @@ class SpeculativeEngine:
         position_ids = cache.pos[:, None] + torch.arange(q, device=ids.device)
         mask = causal_row_mask(cache.pos, q, cache.slots, self.dtype)
         return self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                          past_key_values=cache, use_cache=True).logits
+                          use_cache=True, **{self._cache_arg: cache}).logits
 
     def _fwd(self):
         return self._compiled if self._compiled is not None else self._forward
@@ -510,10 +512,11 @@ class SpeculativeEngine:
         return logits[torch.arange(B, device=self.device), last.to(self.device)], False
 
     # ------------------------------------------------------------------ generate
-    def _check_inputs(self, input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed, eos_token_id):
+    def _check_inputs(self, input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed, eos_token_id,
+                      top_p=1.0):
         if not isinstance(do_sample, bool):
             raise TypeError(f"do_sample must be a bool, got {type(do_sample).__name__}")
-        sampler = Sampler(temperature, top_k) if do_sample else None   # raises on a bad temperature / top_k
+        sampler = Sampler(temperature, top_k, top_p) if do_sample else None   # raises on a bad setting
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
         rows = token_rows(input_ids, self.vocab)
@@ -536,15 +539,75 @@ class SpeculativeEngine:
         return rows, sampler, eos
 
     @torch.no_grad()
-    def generate(self, input_ids, max_new_tokens: int, *, k: int | None = None,
-                 eos_token_id: int | list[int] | None = None, do_sample: bool = False, temperature: float = 1.0,
-                 top_k: int = 0, seed: int | None = None) -> SpecResult:
-        """Decode up to ``max_new_tokens`` per row of ``input_ids`` (``[B, T]`` tensor or ragged list of token
-        lists): greedily, or with ``do_sample`` from ``softmax(logits / temperature)`` cut to ``top_k``
-        (module docstring). ``k``: the starting draft length (default the largest of ``ks``); fixed when the
-        engine is not adaptive."""
+    def generate(self, input_ids=None, generation_config=None, streamer=None, **kwargs):
+        """``model.generate``'s call (as :meth:`t4lib.serving.StaticEngine.generate`): ``input_ids [B, T]`` (with
+        ``attention_mask`` for a padded batch) or a list of token lists, decoded under ``generation_config``
+        (default ``model.generation_config``: its EOS list, ``do_sample``, ``temperature``, ``top_k``, ``top_p``)
+        with keyword overrides; each row stops at its first EOS and is padded with ``pad_token_id`` after it.
+        A ``repetition_penalty`` other than 1.0 raises (the drafts are verified against the plain
+        distribution). ``streamer`` gets the prompt, then the new tokens once decoding ends (rounds emit tokens in
+        bursts). The engine's own keywords: ``k``, ``seed``. Returns a LongTensor ``[B, T + n]`` of sequences,
+        prompt included, on ``input_ids``' device; with ``return_dict_in_generate=True`` the :class:`SpecResult`
+        with that tensor as ``sequences``, beside the statistics. :meth:`generate_with_stats` is the engine's
+        own call."""
+        if input_ids is None:
+            input_ids = kwargs.pop("inputs", None)
+        if input_ids is None:
+            raise TypeError("generate() needs input_ids (a [B, T] integer tensor or a list of token lists)")
+        own = {key: kwargs.pop(key) for key in ("attention_mask", "seed", "k") if key in kwargs}
+        mask = own.pop("attention_mask", None)
+        tensor_in = isinstance(input_ids, torch.Tensor)
+        if tensor_in:
+            ids2 = input_ids if input_ids.dim() == 2 else input_ids[None]
+            rows = token_rows(ids2, self.vocab)
+            if mask is not None:
+                m = mask if mask.dim() == 2 else mask[None]
+                if tuple(m.shape) != tuple(ids2.shape):
+                    raise ValueError(f"attention_mask must have input_ids' shape {list(ids2.shape)}, "
+                                     f"got {list(m.shape)}")
+                rows = [[t for t, keep in zip(r, mr) if keep] for r, mr in zip(rows, m.tolist())]
+        else:
+            rows = token_rows(input_ids, self.vocab)
+        T = max(len(r) for r in rows)
+        gen, rest = generation.resolve(self.model, T, self.vocab, generation_config, **kwargs)
+        if rest:
+            raise TypeError(f"generate() got keywords neither GenerationConfig nor SpeculativeEngine knows: "
+                            f"{sorted(rest)}")
+        if gen.repetition_penalty != 1.0:
+            raise ValueError(f"repetition_penalty={gen.repetition_penalty}: SpeculativeEngine decodes the plain "
+                             "distribution; pass repetition_penalty=1.0 or use StaticEngine")
+        if streamer is not None:
+            streamer.put(ids2 if tensor_in else torch.tensor([[r[0]] * (T - len(r)) + r for r in rows]))
+        res = self.generate_with_stats(rows, gen.max_new_tokens, eos_token_id=list(gen.eos) or None,
+                                       do_sample=gen.do_sample, temperature=gen.temperature, top_k=gen.top_k,
+                                       top_p=gen.top_p, **own)
+        n = max(res.lengths)
+        new = torch.full((len(rows), n), gen.pad_token_id, dtype=torch.long)
+        for b, toks in enumerate(res.new_tokens):
+            new[b, :len(toks)] = torch.tensor(toks, dtype=torch.long)
+        if tensor_in:
+            prompt = ids2
+        else:
+            prompt = torch.tensor([[gen.pad_token_id] * (T - len(r)) + r for r in rows], dtype=torch.long)
+        if streamer is not None:
+            for j in range(n):
+                streamer.put(new[:, j])
+            streamer.end()
+        res.sequences = torch.cat([prompt, new.to(prompt.device)], dim=1)
+        return res if gen.return_dict_in_generate else res.sequences
+
+    @torch.no_grad()
+    def generate_with_stats(self, input_ids, max_new_tokens: int, *, k: int | None = None,
+                            eos_token_id: int | list[int] | None = None, do_sample: bool = False,
+                            temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                            seed: int | None = None) -> SpecResult:
+        """The engine's own call: decode up to ``max_new_tokens`` per row of ``input_ids`` (``[B, T]`` tensor or
+        ragged list of token lists), each row stopping at its first ``eos_token_id``: greedily, or with
+        ``do_sample`` from ``softmax(logits / temperature)`` cut to ``top_k`` and ``top_p`` (module docstring),
+        returning the tokens per row with the call's statistics. ``k``: the starting draft length (default the
+        largest of ``ks``); fixed when the engine is not adaptive."""
         rows, sampler, eos = self._check_inputs(input_ids, max_new_tokens, k, do_sample, temperature, top_k, seed,
-                                                eos_token_id)
+                                                eos_token_id, top_p)
         gen = None
         if sampler is not None:
             gen = torch.Generator().manual_seed(

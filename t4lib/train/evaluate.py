@@ -239,7 +239,7 @@ def generate(model, tokenizer, prompts: list[str], max_new_tokens: int, *, batch
     try:
         for bucket, chunk in batches:
             rows = [ids[i] for i in chunk] + [ids[chunk[0]]] * (bucket - len(chunk))
-            res = engine.generate(rows, max_new_tokens)
+            res = engine.generate_with_stats(rows, max_new_tokens)
             texts = tokenizer.batch_decode(res.new_tokens[:len(chunk)], skip_special_tokens=False)
             for i, t in zip(chunk, texts):
                 out[i] = strip_turn_end(t)
