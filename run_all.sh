@@ -6,7 +6,10 @@
 # bash run_all.sh run 00 03   only the notebooks whose names start with these numbers
 # PROFILE=auto|cpu|gpu|t4|kaggle-2xt4 is passed to every notebook (default auto).
 # T4LIB_NO_INSTALL=1 skips pip (an offline machine whose packages are already provisioned), and with it the
-# transformers matrix and the Colab-like environment.
+# transformers matrix, the Colab-like environment, the wheel's README example and the Kaggle loop.
+# torch is never installed behind your back: without one, the script stops and says how to get the build for
+# your machine, or installs T4LIB_TORCH (a pip requirement, e.g. T4LIB_TORCH=torch==2.13.0) from your pip index.
+# Notebooks run on a project-local Jupyter kernel, "t4lib" (build/jupyter), not on your default python3 kernel.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
@@ -15,15 +18,29 @@ shift || true
 ONLY=("$@")
 PROFILE=${PROFILE:-auto}
 
+# The project's own Jupyter kernel (this python), found through JUPYTER_PATH; the user's kernels stay as they are.
+KERNEL=t4lib
+KERNEL_DIR=$PWD/build/jupyter
+export JUPYTER_PATH="$KERNEL_DIR/share/jupyter${JUPYTER_PATH:+:$JUPYTER_PATH}"
+
 install() {
-  if [ "${T4LIB_NO_INSTALL:-0}" = 1 ]; then
-    "$PY" -m ipykernel install --user --name python3 >/dev/null
-    return
+  if [ "${T4LIB_NO_INSTALL:-0}" != 1 ]; then
+    # Keep an existing torch (Colab's, Kaggle's, yours); never fetch one unasked: a plain `pip install torch`
+    # takes a multi-GB CUDA build on most machines.
+    if ! "$PY" -c "import torch" 2>/dev/null; then
+      if [ -z "${T4LIB_TORCH:-}" ]; then
+        echo "run_all.sh: torch is not installed for $PY. Install the build for your machine first" >&2
+        echo "  (https://pytorch.org/get-started/locally/; CPU only: pip install torch --index-url" >&2
+        echo "  https://download.pytorch.org/whl/cpu), or set T4LIB_TORCH to a pip requirement to install" >&2
+        echo "  from your configured index (T4LIB_TORCH=torch==2.13.0 bash run_all.sh ...)." >&2
+        exit 1
+      fi
+      echo "run_all.sh: installing $T4LIB_TORCH (T4LIB_TORCH) from your pip index"
+      "$PY" -m pip install -q "$T4LIB_TORCH"
+    fi
+    "$PY" -m pip install -q -e ".[notebooks,train,gguf,corpus,dev]"
   fi
-  # Keep an existing torch (Colab's, Kaggle's); otherwise take the pinned CPU build.
-  "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q torch==2.13.0
-  "$PY" -m pip install -q -e ".[notebooks,train,gguf,corpus,dev]"
-  "$PY" -m ipykernel install --user --name python3 >/dev/null
+  "$PY" -m ipykernel install --prefix "$KERNEL_DIR" --name "$KERNEL" --display-name "t4lib ($PY)" >/dev/null
 }
 
 # transformers versions the engines' and trainers' CPU tests also run against (beside the installed newest):
@@ -96,23 +113,79 @@ colab_env_check() {
   return $rc
 }
 
+# The README's pip line and example as a new user meets them: the built wheel (not editable) with the extra the
+# README names, in a fresh virtual environment holding torch, and the example verbatim from an empty folder:
+# it must print an EOS-terminated answer and stop within 60 s (tests/readme_example_check.py).
+wheel_example_check() {
+  local rc=0 tmp extra
+  tmp=$(mktemp -d)
+  echo "== the README's example from the built wheel in a fresh virtual environment"
+  extra=$(sed -n 's/.*pip install "t4lib\(\[[a-z,]*\]\)\{0,1\} @ .*/\1/p' README.md | head -1)
+  "$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$tmp/wheels" . \
+    && "$PY" -m venv "$tmp/venv" \
+    && "$tmp/venv/bin/python" -m pip install -q torch==2.13.0 \
+    && "$tmp/venv/bin/python" -m pip install -q "$(ls "$tmp"/wheels/t4lib-*.whl)$extra" \
+    && "$PY" tests/readme_example_check.py "$tmp/venv/bin/python" \
+    || rc=1
+  rm -rf "$tmp"
+  return $rc
+}
+
+# The README's Kaggle loop: notebooks 00, 03 and 05 run by papermill one after another in one working folder, each
+# first cell installing what it imports from a copy of this checkout (T4LIB_GIT; KAGGLE_KERNEL_RUN_TYPE tells the
+# cell it is on Kaggle), in a fresh environment holding what the Kaggle image has that the cells rely on (torch,
+# transformers, papermill, ipykernel, numpy, matplotlib, pandas), with the cpu profile.
+kaggle_loop_check() {
+  local rc=0 tmp nb
+  tmp=$(mktemp -d)
+  echo "== the README's Kaggle loop (00, 03, 05 in one folder, PROFILE=cpu) in a fresh environment"
+  git ls-files -z -co --exclude-standard | (mkdir -p "$tmp/src" && xargs -0 cp -P --parents -t "$tmp/src") \
+    && "$PY" -m venv "$tmp/venv" \
+    && "$tmp/venv/bin/python" -m pip install -q torch==2.13.0 transformers==5.12.0 papermill ipykernel numpy \
+         matplotlib pandas tqdm \
+    && "$tmp/venv/bin/python" -m ipykernel install --prefix "$tmp/venv" --name kaggle >/dev/null \
+    && mkdir -p "$tmp/working" || rc=1
+  for nb in 00_environment 03_w4a16_serving 05_grpo_cp_hybrid; do
+    [ $rc = 0 ] || break
+    (cd "$tmp/working" && env -u T4LIB_WHEELS -u PYTHONPATH JUPYTER_PATH= KAGGLE_KERNEL_RUN_TYPE=Batch \
+       T4LIB_GIT="$tmp/src" "$tmp/venv/bin/papermill" --log-level WARNING -k kaggle -p PROFILE cpu \
+       "$tmp/src/notebooks/$nb.ipynb" "$tmp/working/$nb.ipynb") && echo "ok   $nb" || { echo "FAIL $nb"; rc=1; }
+  done
+  rm -rf "$tmp"
+  return $rc
+}
+
 run_tests() {
   local rc=0
   "$PY" -m pytest -q -p no:cacheprovider tests || rc=$?
-  "$PY" -m pytest -q -p no:cacheprovider --nbval notebooks/[0-9][0-9]_*.ipynb \
+  "$PY" -m pytest -q -p no:cacheprovider --nbval notebooks/[0-9][0-9]_*.ipynb --nbval-kernel-name "$KERNEL" \
       --nbval-sanitize-with notebooks/sanitize.cfg || rc=$((rc ? rc : $?))
-  if [ "${T4LIB_NO_INSTALL:-0}" != 1 ]; then   # both install packages: not offline
+  if [ "${T4LIB_NO_INSTALL:-0}" != 1 ]; then   # all of these install packages: not offline
     run_version_matrix || rc=$((rc ? rc : 1))
     colab_env_check || rc=$((rc ? rc : 1))
+    wheel_example_check || rc=$((rc ? rc : 1))
+    kaggle_loop_check || rc=$((rc ? rc : 1))
   fi
   return $rc
 }
 
+# Every number asked for names a notebook: `run 99` stops before anything runs.
+check_only() {
+  local n
+  for n in "${ONLY[@]}"; do
+    if ! compgen -G "notebooks/${n}_*.ipynb" >/dev/null; then
+      echo "run_all.sh: no notebook numbered '$n' (notebooks: $(cd notebooks && ls [0-9][0-9]_*.ipynb | cut -c1-2 | tr '\n' ' '))" >&2
+      exit 2
+    fi
+  done
+}
+
 run_notebooks() {
-  local slug out dest
+  local slug out dest marker
   slug=$("$PY" -c "from t4lib.core import hw; print(hw.device_slug())")
   out=results/$slug
   mkdir -p "$out"
+  marker=$(mktemp)   # what this run writes is newer than this file
   local failed=()
   for nb in notebooks/[0-9][0-9]_*.ipynb; do
     if [ ${#ONLY[@]} -gt 0 ] && ! printf '%s\n' "${ONLY[@]}" | grep -qx "$(basename "$nb" | cut -c1-2)"; then
@@ -125,7 +198,7 @@ run_notebooks() {
     dest="$out/$(basename "$nb")"
     partial="${dest%.ipynb}.partial.ipynb"   # papermill wants the .ipynb suffix
     prov=$("$PY" -m t4lib.core.notebook provenance "$PROFILE" "$nb")
-    if papermill --log-level WARNING --cwd notebooks -k python3 -p PROFILE "$PROFILE" \
+    if papermill --log-level WARNING --cwd notebooks -k "$KERNEL" -p PROFILE "$PROFILE" \
          "$nb" "$partial" \
        && "$PY" -m t4lib.core.notebook stamp "$partial" "$prov"; then
       mv -f "$partial" "$dest"
@@ -135,9 +208,33 @@ run_notebooks() {
   done
   "$PY" -m t4lib report --out results/README.md >/dev/null
   echo
-  echo "Executed notebooks and metrics: $out/   (figure table: results/README.md)"
-  # awk reads to the end (head would close the pipe on the report and break it mid-print)
-  "$PY" -m t4lib report | grep -F "| $slug/" | awk 'NR <= 50' || true
+  echo "This run wrote (figure table of every record: results/README.md):"
+  "$PY" - "$marker" results <<'PYEOF' || true
+import sys
+from pathlib import Path
+from t4lib.core import results
+marker, root = Path(sys.argv[1]), Path(sys.argv[2])
+new = sorted(p for p in root.rglob("*") if p.is_file() and p.stat().st_mtime > marker.stat().st_mtime
+             and "verification" not in p.parts and p.name != "README.md")
+for p in (p for p in new if p.suffix == ".ipynb"):
+    print(f"  executed notebook  {p}")
+for p in (p for p in new if p.suffix not in (".ipynb", ".json")):
+    print(f"  file               {p}")
+for p in (p for p in new if p.suffix == ".json"):
+    try:
+        figs = results.figures_by_name(p)
+    except (ValueError, KeyError) as e:
+        print(f"  {p}: not a results file ({e})")
+        continue
+    print(f"  {p}: {len(figs)} figures")
+    for name, f in figs.items():
+        v = f.get("value")
+        v = f"{v:.4g}" if isinstance(v, float) else v
+        print(f"    {name} = {v} {f.get('unit', '')} ({f.get('tag', '')})")
+if not new:
+    print("  nothing")
+PYEOF
+  rm -f "$marker"
   if [ ${#failed[@]} -gt 0 ]; then
     echo "FAILED notebooks: ${failed[*]}" >&2
     return 1
@@ -146,6 +243,6 @@ run_notebooks() {
 
 case "$MODE" in
   test) install; run_tests ;;
-  run) install; run_notebooks ;;
-  *) echo "usage: bash run_all.sh [test]" >&2; exit 2 ;;
+  run) check_only; install; run_notebooks ;;
+  *) echo "usage: bash run_all.sh [run [NN ...] | test]" >&2; exit 2 ;;
 esac

@@ -125,8 +125,11 @@ def get_preset(name: str) -> Preset:
 
 
 def checkpoint_dir(preset: str) -> Path:
-    """Committed location of a preset's checkpoint: ``data/models/<preset>``."""
-    return corpus.data_dir() / "models" / preset
+    """Committed location of a preset's checkpoint: ``data/models/<preset>``; in an installed wheel, which has no
+    ``data/``, the copy the package ships (``t4lib/models/checkpoints/<preset>``: the README's ``tiny-cpu``)."""
+    committed = corpus.data_dir() / "models" / preset
+    shipped = Path(__file__).resolve().parent / "checkpoints" / preset
+    return shipped if not committed.is_dir() and shipped.is_dir() else committed
 
 
 def train_command(preset: str) -> str:
