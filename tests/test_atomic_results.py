@@ -254,10 +254,14 @@ def test_a_failed_run_keeps_the_figures_it_did_not_remeasure(tmp_path):
     assert {f["name"]: f["value"] for f in doc["figures"]} == {"c": 30.0, "a": 10.0, "b": 2.0}
     assert next(f for f in doc["figures"] if f["name"] == "b")["carried_over"] == mark
     assert "carried over" in results.report(tmp_path)
-    assert results.provenance_status(doc) == "current" + (" (dirty tree)" if doc["provenance"]["dirty"] else "")
-    stale = {**doc["figures"][1]["carried_over"]["provenance"], "sources_sha256": "0" * 64, "commit": "abc1234"}
+    assert results.provenance_status(doc) == "current"
+    carried = doc["figures"][1]["carried_over"]["provenance"]
+    changed = sorted(carried["closure"])[0]
+    stale = {**carried, "closure": {**carried["closure"], changed: "0" * 16}, "commit": "abc1234"}
     doc["figures"][1]["carried_over"] = {"written": "then", "provenance": stale}
-    assert results.provenance_status(doc) == "sources changed since abc1234 (figures carried over)"
+    assert results.provenance_status(doc) == f"carried over: changed since: {changed}"
+    assert results.figure_status(doc, doc["figures"][1]) == f"carried over; changed since: {changed}"
+    assert results.figure_status(doc, doc["figures"][0]) == "current"
 
 
 def test_a_benchmark_section_failing_midway_keeps_the_previous_figures(tmp_path, monkeypatch):
@@ -467,7 +471,9 @@ def test_swizzle_ncu_writes_its_record_with_provenance(tmp_path):
     assert figs["swizzle/ncu/latency/naive/wavefronts_per_load"] == 32.0      # 2048 / (2048 - 1984)
     assert figs["swizzle/ncu/throughput/swizzled/wavefronts_per_load"] == 4.0
     assert figs["swizzle/ncu/throughput/naive/excess_wavefronts"] == 16384 - 4 * 512
-    assert doc["provenance"]["sources_sha256"] != results.UNRECORDED and doc["command"].startswith("ncu ")
+    assert doc["provenance"]["producer"] == "t4lib/benchmarks/swizzle_ncu.py" and doc["command"].startswith("ncu ")
+    assert "t4lib/benchmarks/swizzle_ncu.py" in doc["provenance"]["closure"]
+    assert results.provenance_status(doc) == "current"
 
 
 @pytest.mark.parametrize("body", ["echo 'ERROR: profiling is not supported' >&2; exit 1\n",
