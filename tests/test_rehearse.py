@@ -15,9 +15,9 @@ from t4lib.core import results
 from t4lib.evidence import hub_standins, rehearse
 from t4lib.models import shapes
 
-TINY = {"id": "Org/Tiny-0.1B", "source": "test", "tokenizer_size": 1500,
+TINY = {"id": "Org/Tiny-0.1B", "source": "test", "tokenizer_size": 151665,
         "config": {"model_type": "qwen2", "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
-                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1536,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 151936,
                    "max_position_embeddings": 256, "tie_word_embeddings": True, "torch_dtype": "float32"}}
 
 
@@ -32,18 +32,7 @@ def test_standin_loads_offline_through_the_library(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        cwd=results.REPO_ROOT, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.split() == ["Qwen2ForCausalLM", "32", "1536", "1500", "True"]
-
-
-def test_padded_tokenizer_tokenizes_like_the_project_tokenizer(tmp_path):
-    from transformers import AutoTokenizer
-
-    tok = hub_standins.write_tokenizer(tmp_path, 5000)
-    ref = AutoTokenizer.from_pretrained(str(hub_standins.TOKENIZER_SRC))
-    text = "<|im_start|>user\nWhat is 47 + 29?<|im_end|>\n"
-    assert len(tok) == 5000 and tok(text)["input_ids"] == ref(text)["input_ids"]
-    with pytest.raises(ValueError, match="size"):
-        hub_standins.write_tokenizer(tmp_path / "small", 10)
+    assert r.stdout.split() == ["Qwen2ForCausalLM", "32", "151936", "151665", "True"]
 
 
 def test_every_hub_id_the_notebooks_name_has_a_committed_config():
