@@ -92,10 +92,11 @@ def rl_records(n: int, seed: int = RL_SEED, trap_fraction: float = 0.5) -> list[
     for i in range(n_traps):
         s = structures[i % len(structures)]
         kind = procedural.TRAPS[r.randrange(len(procedural.TRAPS))]
-        out.append(rec(procedural.render_problem(r, "train", s, trap=kind), ""))
+        trap = procedural.render_problem(r, "train", s, trap=kind)   # the kind it became (no amount: vague)
+        out.append(rec(trap, ""))
         if i < n_twins:
-            decoy = kind if kind in procedural.DECOYS else None
-            out.append(rec(procedural.render_problem(r, "train", s, decoy=decoy), kind))
+            decoy = trap.trap if trap.trap in procedural.DECOYS else None
+            out.append(rec(procedural.render_problem(r, "train", s, decoy=decoy), trap.trap))
     while len(out) < n:
         out.append(rec(procedural.render_problem(r, "train"), ""))
     return out
