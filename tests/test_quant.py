@@ -228,7 +228,7 @@ def test_quality_fallback_is_labelled(tmp_path):
     from t4lib.benchmarks import quant_quality as quality
 
     r = quality.run(tmp_path, str(tmp_path / "no-such-model"), group_sizes=(64,), primary=64, fallback_steps=2,
-                    calib_seqs=8, eval_seqs=4)
+                    calib_seqs=8, eval_seqs=4, fallback=True)
     assert r["fallback"] is True and r["source"].startswith("FALLBACK")
     assert "FALLBACK" in quality.format_table(r)
 
@@ -251,7 +251,7 @@ def test_activation_quality_decodes_with_int8_activations(tmp_path):
 
     from t4lib.benchmarks import quant_quality as quality
 
-    r = quality.activation_quality(tmp_path, str(tmp_path / "no-such-model"), 32, n_seq=2, fallback_steps=2)
+    r = quality.activation_quality(tmp_path, quality.MARKOV, 32, n_seq=2, fallback_steps=2)
     assert r["fallback"] and r["eval_tokens"] == 2 * 63
     assert 0 < r["kl"] < 0.05 and 0.5 < r["top1_agreement"] <= 1  # int8 moved the predictions, a little
     figs = {f["name"]: f for f in json.loads((tmp_path / "w4a8_quality.json").read_text())["figures"]}

@@ -9,11 +9,17 @@ and cut into rows). The two splits share no record. It writes the figures
 (tag MEASURED, computed on the CPU) to ``results/cpu/w4a16_quality.json``;
 ``python -m t4lib.benchmarks.quant_quality`` runs it.
 
-Only when that checkpoint is absent does :func:`run` fall back to
-:func:`markov_model`: a small random Qwen2 trained for a few hundred steps on
-a synthetic order-1 Markov corpus (a fixed random sparse transition table), so
-that held-out perplexity is still meaningful; the result then says
-``"fallback": true`` and names the synthetic source.
+A model id that cannot be loaded is an error (:class:`t4lib.models.ModelNotAvailableError`
+or FileNotFoundError, naming the id). The synthetic model is an explicit choice:
+``model_id="markov"`` (:data:`MARKOV`), or ``fallback=True`` to use it when the
+id cannot be loaded. It is :func:`markov_model`: a small random Qwen2 trained
+for a few hundred steps on a synthetic order-1 Markov corpus (a fixed random
+sparse transition table), so that held-out perplexity is still meaningful; the
+result then says ``"fallback": true`` and names the synthetic source.
+
+Perplexity and KL are computed in chunks of rows and of the vocabulary
+(:func:`perplexity`, :func:`mean_kl`): full ``[rows, seq, vocab]`` logits are
+never formed, so a 152k-vocabulary model fits a T4 or a 12 GB Colab runtime.
 """
 from __future__ import annotations
 
@@ -34,6 +40,8 @@ from t4lib.quant.model import default_policy, quantize_model
 
 #: held-out files rendered for the perplexity evaluation (never trained on)
 HELDOUT_FILES = ("math_heldout.jsonl", "copy_heldout.jsonl")
+#: the model id that chooses the synthetic Markov model (:func:`markov_model`) explicitly
+MARKOV = "markov"
 
 
 def markov_tokens(n_seq: int, seq_len: int, vocab: int = 320, branching: int = 4, seed: int = 0,
@@ -79,33 +87,97 @@ def _cpu_env() -> dict:
     return {"device": "cpu", "driver": "n/a", "torch": torch.__version__, "clocks": {}, "throttle": []}
 
 
+def _head_and_trunk(model):
+    """``(output projection, trunk)``: ``trunk(input_ids=...)`` gives the final hidden states (after the final
+    norm) that the output projection turns into logits (Hugging Face causal LMs: ``get_output_embeddings()``
+    and ``get_decoder()``)."""
+    head = model.get_output_embeddings()
+    trunk = model.get_decoder() if hasattr(model, "get_decoder") else getattr(model, "model", None)
+    if head is None or trunk is None:
+        raise TypeError(f"model must be a causal LM with get_output_embeddings() and get_decoder(), "
+                        f"got {type(model).__name__}")
+    return head, trunk
+
+
+def _logit_chunks(model, ids: torch.Tensor, vocab_chunk: int):
+    """Yield ``(v0, z)`` for the next-token logits of ``ids [r, T]`` over vocabulary ids ``v0 .. v0 + C``:
+    ``z [r * (T - 1), C]`` fp32, computed as the model computes its logits (the output projection in the
+    model's dtype, then cast), one vocabulary chunk at a time."""
+    head, trunk = _head_and_trunk(model)
+    h = trunk(input_ids=ids).last_hidden_state[:, :-1]
+    h = h.reshape(-1, h.shape[-1])
+    w, bias = getattr(head, "weight", None), getattr(head, "bias", None)
+    if not isinstance(head, torch.nn.Linear) or w is None:  # a quantized head: rows chunked, vocabulary whole
+        yield 0, head(h).float()
+        return
+    for v0 in range(0, w.shape[0], vocab_chunk):
+        v1 = min(v0 + vocab_chunk, w.shape[0])
+        yield v0, torch.nn.functional.linear(h, w[v0:v1], None if bias is None else bias[v0:v1]).float()
+
+
+def _check_chunks(batch_size, vocab_chunk) -> None:
+    for name, v in (("batch_size", batch_size), ("vocab_chunk", vocab_chunk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+
+
 @torch.no_grad()
-def perplexity(model, ids: torch.Tensor, batch_size: int = 32) -> float:
-    """exp(mean next-token NLL) over ``ids [n, T]``."""
+def perplexity(model, ids: torch.Tensor, batch_size: int = 8, *, vocab_chunk: int = 8192) -> float:
+    """exp(mean next-token NLL) over ``ids [n, T]``, on the model's device.
+
+    NLL = logsumexp_v(z_v) - z_target, the logsumexp a running one over vocabulary chunks
+    (``lse = logaddexp(lse, logsumexp(z[:, v0:v1]))``): ``batch_size`` rows and ``vocab_chunk`` vocabulary
+    entries at a time. Beyond the model's own forward over ``batch_size`` rows (activations, without its
+    logits) the peak is the hidden states ``[batch_size, T, hidden]`` and about two fp32 ``[batch_size * (T-1),
+    vocab_chunk]`` tensors: 2 x 8 x 255 x 8192 x 4 B = 134 MB at the defaults, whatever the vocabulary (the
+    whole logits of 32 rows of 256 tokens over Qwen2.5's 151,936 entries would be 4.96 GB in fp32)."""
+    _check_chunks(batch_size, vocab_chunk)
     dev = next(model.parameters()).device
     tot, n = 0.0, 0
     for i in range(0, ids.shape[0], batch_size):
         b = ids[i:i + batch_size].to(dev)
-        logits = model(input_ids=b).logits.float()
-        nll = torch.nn.functional.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), b[:, 1:].reshape(-1),
-                                                reduction="sum")
-        tot, n = tot + float(nll), n + b[:, 1:].numel()
+        target = b[:, 1:].reshape(-1)
+        lse = torch.full(target.shape, float("-inf"), device=dev)
+        zt = torch.zeros(target.shape, device=dev)
+        for v0, z in _logit_chunks(model, b, vocab_chunk):
+            lse = torch.logaddexp(lse, torch.logsumexp(z, -1))
+            hit = (target >= v0) & (target < v0 + z.shape[1])
+            zt[hit] = z[hit, target[hit] - v0]
+        tot, n = tot + float((lse - zt).sum()), n + target.numel()
     return float(torch.exp(torch.tensor(tot / n)))
 
 
 @torch.no_grad()
-def mean_kl(ref, model, ids: torch.Tensor, batch_size: int = 32) -> float:
+def mean_kl(ref, model, ids: torch.Tensor, batch_size: int = 8, *, vocab_chunk: int = 8192) -> float:
     """Mean over next-token positions of KL(ref || model), in nats: how far ``model``'s predictions
     moved from ``ref``'s. Unlike perplexity it cannot improve by accident: an overconfident model's
-    perplexity drops under any noise that softens its logits, its KL to itself only grows."""
-    dev = next(model.parameters()).device
+    perplexity drops under any noise that softens its logits, its KL to itself only grows.
+
+    With logits p = ref's, q = model's: KL = sum_v softmax(p)_v (p_v - q_v) - lse(p) + lse(q), each sum
+    accumulated over vocabulary chunks in one pass (``a`` rescaled by exp(lse_old - lse_new) as ``lse(p)``
+    grows), on ``ref``'s device (``model`` on the same one). Peak beyond the two forwards: about four fp32
+    ``[batch_size * (T-1), vocab_chunk]`` tensors, 4 x 8 x 255 x 8192 x 4 B = 267 MB at the defaults for any
+    vocabulary (whole fp32 log-probabilities of 32 rows x 255 positions x 151,936 entries, for both models
+    and their exponent, would be about 15 GB)."""
+    _check_chunks(batch_size, vocab_chunk)
+    dev = next(ref.parameters()).device
     tot, n = 0.0, 0
     for i in range(0, ids.shape[0], batch_size):
         b = ids[i:i + batch_size].to(dev)
-        lp = torch.log_softmax(ref(input_ids=b).logits.float()[:, :-1], -1)
-        lq = torch.log_softmax(model(input_ids=b).logits.float()[:, :-1], -1)
-        tot += float((lp.exp() * (lp - lq)).sum())
-        n += b[:, 1:].numel()
+        rows = b[:, 1:].numel()
+        lse_p = torch.full((rows,), float("-inf"), device=dev)
+        lse_q = torch.full((rows,), float("-inf"), device=dev)
+        a = torch.zeros(rows, device=dev)
+        for (v0, zp), (w0, zq) in zip(_logit_chunks(ref, b, vocab_chunk), _logit_chunks(model, b, vocab_chunk)):
+            if v0 != w0 or zp.shape != zq.shape:
+                raise ValueError(f"ref and model give logits of different shapes ({tuple(zp.shape)} at {v0}, "
+                                 f"{tuple(zq.shape)} at {w0}): not the same vocabulary")
+            new = torch.logaddexp(lse_p, torch.logsumexp(zp, -1))
+            a = a * torch.exp(lse_p - new) + (torch.exp(zp - new[:, None]) * (zp - zq)).sum(-1)
+            lse_p = new
+            lse_q = torch.logaddexp(lse_q, torch.logsumexp(zq, -1))
+        tot += float((a - lse_p + lse_q).sum())
+        n += rows
     return tot / n
 
 
@@ -119,6 +191,7 @@ def compare_quantizers(model, calib: list[torch.Tensor], test: torch.Tensor, gro
     rtn = quantize_model(copy.deepcopy(model), default_policy(model, group_size, "rtn"))
     out["rtn"] = perplexity(rtn, test)
     out["kl_rtn"] = mean_kl(model, rtn, test)
+    del rtn  # one quantized copy at a time
     gptq = quantize_model(copy.deepcopy(model), default_policy(model, group_size, "gptq"), calib=calib)
     out["gptq"] = perplexity(gptq, test)
     out["kl_gptq"] = mean_kl(model, gptq, test)
@@ -174,24 +247,40 @@ def calibration_ids(tokenizer, n_seq: int = 64, seq_len: int = 256, seed: int = 
     return list(ids.split(batch))
 
 
+def _markov_data(steps: int, calib_seqs: int, eval_seqs: int | None, progress: bool, why: str) -> dict:
+    model = markov_model(steps, progress=progress)
+    return {"model": model, "calib": [markov_tokens(8, 64, seed=2 + i) for i in range(max(1, calib_seqs // 8))],
+            "test": markov_tokens(eval_seqs or 32, 64, seed=1), "fallback": True,
+            "source": f"FALLBACK: {why}; random Qwen2 trained {steps} steps on the synthetic Markov corpus",
+            "eval_text": "synthetic Markov tokens", "calib_text": "synthetic Markov tokens"}
+
+
 def load_or_fallback(model_id: str = "tiny-cpu", *, seq_len: int = 256, calib_seqs: int = 64,
-                     eval_seqs: int | None = None, fallback_steps: int = 300, progress: bool = False) -> dict:
+                     eval_seqs: int | None = None, fallback_steps: int = 300, progress: bool = False,
+                     fallback: bool = False, device=None, dtype=None) -> dict:
     """Model, calibration batches and test ids for :func:`run`.
 
-    ``model_id`` loads with :func:`t4lib.models.load` (fp32 on the CPU) and is evaluated on the project's
-    held-out text. When the checkpoint is absent (FileNotFoundError / ModelNotAvailableError) the synthetic
-    :func:`markov_model` stands in and ``"fallback"`` is True.
+    ``model_id`` loads with :func:`t4lib.models.load` and is evaluated on the project's held-out text. An id
+    that cannot be loaded raises (FileNotFoundError / :class:`t4lib.models.ModelNotAvailableError`, naming it)
+    unless ``fallback=True``. The synthetic :func:`markov_model` is used, with ``"fallback"`` True and a source
+    starting ``FALLBACK``, when chosen (``model_id="markov"``) or when ``fallback`` is on and the id cannot be
+    loaded.
+
+    ``device``: where the model runs (None: CUDA when there is one, else the CPU); ``dtype``: None gives
+    float32 on the CPU and float16 on a GPU (the fp16 reference that W4A16 is compared with).
     """
+    if model_id == MARKOV:
+        return _markov_data(fallback_steps, calib_seqs, eval_seqs, progress, f"model_id={MARKOV!r} chosen")
+    dev = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    if dtype is None:
+        dtype = torch.float32 if dev.type == "cpu" else torch.float16
     try:
-        model, tok = models.load(model_id, dtype=torch.float32)
+        model, tok = models.load(model_id, dtype=dtype, device=dev)
     except (FileNotFoundError, models.ModelNotAvailableError) as e:
-        model = markov_model(fallback_steps, progress=progress)
-        n_test = eval_seqs or 32
-        return {"model": model, "calib": [markov_tokens(8, 64, seed=2 + i) for i in range(max(1, calib_seqs // 8))],
-                "test": markov_tokens(n_test, 64, seed=1), "fallback": True,
-                "source": f"FALLBACK: {model_id} not available ({type(e).__name__}); random Qwen2 trained "
-                          f"{fallback_steps} steps on the synthetic Markov corpus",
-                "eval_text": "synthetic Markov tokens", "calib_text": "synthetic Markov tokens"}
+        if not fallback:
+            raise
+        return _markov_data(fallback_steps, calib_seqs, eval_seqs, progress,
+                            f"{model_id} not available ({type(e).__name__})")
     return {"model": model.eval(), "calib": calibration_ids(tok, calib_seqs, seq_len),
             "test": heldout_ids(tok, seq_len, eval_seqs), "fallback": False, "source": str(model_id),
             "eval_text": "+".join(HELDOUT_FILES), "calib_text": "training documents (corpus.pretrain_documents)"}
@@ -199,19 +288,21 @@ def load_or_fallback(model_id: str = "tiny-cpu", *, seq_len: int = 256, calib_se
 
 def run(out_dir=None, model_id: str = "tiny-cpu", group_sizes=(32, 64, 128), primary: int = 32, *,
         seq_len: int = 256, calib_seqs: int = 64, eval_seqs: int | None = None, fallback_steps: int = 300,
-        write: bool = True, progress: bool = False) -> dict:
+        write: bool = True, progress: bool = False, fallback: bool = False, device=None, dtype=None) -> dict:
     """Measure fp / RTN / GPTQ perplexity for each group size and write ``w4a16_quality.json``.
 
     ``primary`` is the group size the quality target is judged on (see the notebook for why 32 on a
     hidden-size-128 model). Returns ``{"rows": {g: compare_quantizers(...)}, "primary", "fallback",
-    "source", "eval_tokens", "calib_tokens", "path", "figures"}``. The model runs on the CPU, so the
-    figures say device ``cpu`` and ``out_dir`` defaults to ``results/cpu/``.
+    "source", "eval_tokens", "calib_tokens", "path", "figures"}``. ``fallback``, ``device``, ``dtype``: as
+    :func:`load_or_fallback` (a model that cannot be loaded is an error unless ``fallback``). Figures computed
+    on the CPU say device ``cpu`` and ``out_dir`` then defaults to ``results/cpu/``.
     """
     if primary not in group_sizes:
         raise ValueError(f"primary={primary!r} must be one of group_sizes={tuple(group_sizes)}")
     t0 = time.perf_counter()
     d = load_or_fallback(model_id, seq_len=seq_len, calib_seqs=calib_seqs, eval_seqs=eval_seqs,
-                         fallback_steps=fallback_steps, progress=progress)
+                         fallback_steps=fallback_steps, progress=progress, fallback=fallback, device=device,
+                         dtype=dtype)
     model, calib, test = d["model"], d["calib"], d["test"]
     eval_tokens = int(test[:, 1:].numel())
     calib_tokens = int(sum(c.numel() for c in calib))
@@ -287,12 +378,14 @@ def decode_log_probs(model, ids: torch.Tensor, batch_size: int = 4) -> torch.Ten
 
 
 def activation_quality(out_dir=None, model_id: str = "tiny-cpu", group_size: int = 32, *, n_seq: int = 8,
-                       seq_len: int = 256, fallback_steps: int = 300, write: bool = True) -> dict:
+                       seq_len: int = 256, fallback_steps: int = 300, write: bool = True,
+                       fallback: bool = False) -> dict:
     """Int8 activations against fp16 ones on the same RTN W4A16 model, in decode numerics
     (:func:`decode_log_probs`): perplexity of each on held-out text, the mean KL(W4A16 || W4A8) per token and
     the share of positions where both predict the same top token. Writes ``w4a8_quality.json`` (device cpu:
     on the CPU the W4A16 reference computes in the input dtype, fp32, and W4A8 quantizes from fp16)."""
-    d = load_or_fallback(model_id, seq_len=seq_len, calib_seqs=8, eval_seqs=n_seq, fallback_steps=fallback_steps)
+    d = load_or_fallback(model_id, seq_len=seq_len, calib_seqs=8, eval_seqs=n_seq, fallback_steps=fallback_steps,
+                         fallback=fallback, device="cpu")
     test = d["test"]
     qm = quantize_model(copy.deepcopy(d["model"]), default_policy(d["model"], group_size, "rtn"))
     lp16 = decode_log_probs(qm, test)
@@ -330,8 +423,10 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-seqs", type=int, default=None, help="evenly spaced held-out rows (default: all)")
     ap.add_argument("--calib-seqs", type=int, default=64)
     ap.add_argument("--out-dir", default=None)
+    ap.add_argument("--device", default="cpu", help="where the model runs (cpu: fp32, the recorded figures; "
+                                                     "cuda: fp16)")
     a = ap.parse_args(argv)
-    r = run(a.out_dir, a.model, calib_seqs=a.calib_seqs, eval_seqs=a.eval_seqs, progress=True)
+    r = run(a.out_dir, a.model, calib_seqs=a.calib_seqs, eval_seqs=a.eval_seqs, progress=True, device=a.device)
     print(format_table(r))
     print("written:", r["path"])
 

@@ -66,6 +66,24 @@ def default_policy(model: nn.Module, group_size: int = 128, method: str = "rtn",
     return pol
 
 
+def group_size_for(model_or_hidden, min_groups: int = 4) -> int:
+    """The W4A16 group size for a model of hidden size ``h`` (a model with ``config.hidden_size``, or ``h``):
+    the largest of :data:`GROUP_SIZES` (32, 64, 128) that divides ``h`` with at least ``min_groups`` groups
+    per row of ``h`` inputs. 128 for every ``h >= 512`` that 128 divides (Qwen2.5: 896, 1536, 2048), 64 for
+    256, 32 for the project's 128-wide tiny models (128 there would be one scale per row)."""
+    h = model_or_hidden
+    if not isinstance(h, int):
+        h = getattr(getattr(h, "config", None), "hidden_size", None)
+    if isinstance(h, bool) or not isinstance(h, int) or h < 1:
+        raise ValueError(f"model_or_hidden must be a model with config.hidden_size or a positive int, "
+                         f"got {model_or_hidden!r}")
+    for g in sorted(GROUP_SIZES, reverse=True):
+        if h % g == 0 and h // g >= min_groups:
+            return g
+    raise ValueError(f"hidden size {h}: no group size of {GROUP_SIZES} divides it with at least {min_groups} "
+                     f"groups per row")
+
+
 def _check_model(model) -> None:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
