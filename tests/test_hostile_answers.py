@@ -39,6 +39,9 @@ _HUGE = [
     "1" * 101, "0." + "1" * 200, "1/" + "7" * 150, "100000!", "99999999!", "\\Gamma(10^9)", "\\binom{10^9}{5}",
     "10^{10^{10}}", "9^{9^{9}}", "2^{2^{2^{2^{2}}}}", "\\sum_{i=1}^{10^9} i", "\\prod_{i=1}^{10^6} i",
     "\\boxed{9^{9^{9}}}", "$10^{10^{10}}$", "factorial(10**6)", "gamma(10**9)",
+    # one small power that SymPy expands into a binomial number of terms
+    "$(a+b+c+d+f+g+h)^{99}$", "$(\\sqrt{2}+\\sqrt{3}+\\sqrt{5}+\\sqrt{7})^{99}$", "(x+y+z)^{50}", "\\boxed{(a+b+c)^{40}}",
+    "$\\sqrt{2}^{99}$", "(1+\\sqrt{2})^{99}",
 ]
 _NESTING = ["(" * n + "1" + ")" * n for n in (60, 1000, 5000, 100_000)] + \
     ["-" * n + "1" for n in (60, 10_000)] + ["+-" * 5000 + "1", "(" * 10_000, ")" * 10_000, "{" * 5000 + "}" * 5000,
@@ -195,6 +198,28 @@ def test_unparseable_is_counted_in_training_data():
     tok = pytest.importorskip("t4lib.models.tiny").load_tokenizer()
     ds, rep = data.traces_dataset(tok, [ok, *bad])
     assert len(ds) == 1 and rep.rejected == {"unparseable_gold": 2, "not_certified": 1}
+
+
+def test_every_hostile_string_returns_within_two_cpu_seconds_off_the_main_thread(golds):
+    """Off the main thread math-verify has no timeout (signal.alarm is the main thread's): the size and
+    degree gate must bound every path by itself. CPU time of the thread, not wall time (the machine is shared)."""
+    slow = []
+
+    def work():
+        for s in [s for _, s in CASES if len(s) < 1000]:
+            t0 = time.thread_time()
+            for g in golds:
+                ev.is_correct(g, s)
+            R.outcome(s, "7")
+            R.outcome(f"\\boxed{{{s}}}", "7")
+            if time.thread_time() - t0 > 2.0:
+                slow.append((s[:60], round(time.thread_time() - t0, 2)))
+
+    th = threading.Thread(target=work, daemon=True)
+    th.start()
+    th.join(600)
+    assert not th.is_alive(), "answer checking hung off the main thread"
+    assert not slow, slow
 
 
 def test_is_correct_off_the_main_thread(golds):
