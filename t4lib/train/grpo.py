@@ -1140,6 +1140,30 @@ def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), se
     return summ
 
 
+#: the curves of a honesty sweep worth plotting, per step (TRL's names where TRL logs them)
+HONESTY_CURVES = ("reward", "honesty/trap_abstention", "honesty/false_abstention", "honesty/answerable_correct",
+                  "frac_reward_zero_std", "sampling/sampling_logp_difference/mean",
+                  "sampling/importance_sampling_ratio/mean", "memory/peak_bytes")
+
+
+def honesty_table(doc: dict) -> list[dict]:
+    """Rows of a honesty-sweep record (:func:`honesty_sweep`'s file): the SFT start, then per arm the seed mean
+    and range of abstention, false abstention and answerable accuracy change, and any degenerate seed."""
+    st = doc["start_eval"]
+    rows = [{"arm": "sft_start", "seeds": 1, "abstention": st["abstention"]["rate"],
+             "false_abstention": st["false_abstention"]["rate"], "answerable_accuracy": st["answerable_accuracy"]["rate"],
+             "answerable_accuracy_delta": 0.0, "degenerate": st.get("degenerate")}]
+    for arm, s in doc["summary"].items():
+        row = {"arm": arm, "seeds": len(s["seeds"])}
+        for k in ("abstention", "false_abstention", "answerable_accuracy", "answerable_accuracy_delta"):
+            row[k] = s[k]["mean"]
+            row[f"{k}_range"] = f"{s[k]['min']:.3f}..{s[k]['max']:.3f}"
+        row["final_train_reward"] = s["final_train_reward"]["mean"]
+        row["degenerate"] = ", ".join(str(d) for d in s["degenerate"] if d) or None
+        rows.append(row)
+    return rows
+
+
 def _reward_pairs(pairs) -> dict:
     out = {}
     for p in pairs or []:
@@ -1160,7 +1184,7 @@ def _honesty_options(ap, sweep: bool) -> None:
     ap.add_argument("--num_generations", "--num-generations", type=int, default=8, dest="num_generations")
     ap.add_argument("--max_completion_length", "--max-completion-length", type=int, default=160,
                     dest="max_completion_length")
-    ap.add_argument("--learning_rate", "--learning-rate", "--lr", type=float, default=1e-5, dest="learning_rate")
+    ap.add_argument("--learning_rate", "--learning-rate", "--lr", type=float, default=2e-5, dest="learning_rate")
     ap.add_argument("--temperature", type=float, default=1.0)
     ap.add_argument("--beta", type=float, default=0.0)
     ap.add_argument("--trap-fraction", type=float, default=0.5)
