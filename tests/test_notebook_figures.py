@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from t4lib.core import hw, notebook, results
+from t4lib.core import hw, notebook, provenance, results
 
 NB_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 CHECKED = ["00_environment", "01_kernel_kats", "02_thermal_pacing", "03_w4a16_serving", "04_speculative_decoding",
@@ -97,7 +97,7 @@ def test_the_pattern_catches_typed_figures():
 def _write(root: Path, device="dev-a", file="bench.json", doc=None):
     fig = results.figure("bench/time", 1.25, "us", "ARITHMETIC", "tests", note="made up for the test")
     doc = doc if doc is not None else {"schema": results.SCHEMA_VERSION, "figures": [fig],
-                                       "provenance": {"commit": "c" * 40, "dirty": False, "sources_sha256": "a" * 64}}
+                                       "provenance": provenance.provenance_of("t4lib/benchmarks/w4a16.py")}
     (root / device).mkdir(parents=True, exist_ok=True)
     (root / device / file).write_text(json.dumps(doc))
 

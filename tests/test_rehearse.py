@@ -11,7 +11,7 @@ import nbformat
 import pytest
 
 from t4lib import cli
-from t4lib.core import results
+from t4lib.core import notebook, results
 from t4lib.evidence import hub_standins, rehearse
 from t4lib.models import shapes
 
@@ -98,7 +98,8 @@ def test_a_failed_notebook_is_recorded_and_the_exit_code_says_so(tmp_path):
     assert bad["failed_cell"]["cell"] == 2 and "OutOfMemoryError" in bad["failed_cell"]["error"]
     assert (tmp_path / "rehearsal" / "00_environment.ipynb").is_file()
     stamp = json.loads((tmp_path / "rehearsal" / "00_environment.ipynb").read_text())["metadata"]["t4lib"]
-    assert stamp["profile"] == "t4" and stamp["commit"] and stamp["sources_sha256"]
+    assert stamp["profile"] == "t4" and stamp["commit"] and stamp["producer"] == "notebooks/00_environment.ipynb"
+    assert "notebooks/00_environment.ipynb" in stamp["closure"] and notebook.stamp_status(stamp) == "current"
     assert (tmp_path / "rehearsal" / "01_kernel_kats.failed.ipynb").is_file()
     assert any("01_kernel_kats/t4: failed at cell 2" in e for e in doc["errors"])
     figs = {f["name"]: f for f in doc["figures"]}

@@ -618,8 +618,8 @@ class StaticEngine:
         if ragged:   # the pads shown as the model's pad id (0 without one)
             pad_id = getattr(self.model.config, "pad_token_id", None)
             pad_id = pad_id if isinstance(pad_id, int) and 0 <= pad_id < self.vocab else 0
-            for b, n in enumerate(lens):
-                prompt[b, :T - n] = pad_id
+            for b, m in enumerate(lens):
+                prompt[b, :T - m] = pad_id
         res = GenerateResult(sequences=torch.cat([prompt, new], dim=1), new_tokens=new, prompt_lengths=lens,
                              lengths=lengths, ttft_s=ttft, decode_s=decode,
                              decode_tokens_per_s=steps / decode if steps and decode > 0 else float("nan"),
