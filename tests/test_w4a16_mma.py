@@ -265,20 +265,3 @@ def test_mma_unaligned_x_view_and_quantlinear():
     assert torch.equal(lin(x.contiguous()), ops.mma(x.contiguous(), w))
 
 
-def test_sweep_rows_and_target_verdicts_from_figures():
-    from t4lib.benchmarks import w4a16 as bench
-
-    def fig(v):
-        return {"value": v, "device": "GPU"}
-
-    figs = {}
-    for M, t_mma in ((2, 10.0), (16, 20.0)):
-        p = f"w4a16_gemm/M{M}/5120x17408"
-        figs.update({f"{p}/cublas_fp16/time_median": fig(48.0), f"{p}/w4a16_mma/time_median": fig(t_mma),
-                     f"{p}/w4a16_mma/speedup_vs_cublas_fp16": fig(48.0 / t_mma),
-                     f"{p}/w4a16_mma/frac_copy_bw": fig(0.5)})
-    rows = bench.matmul_sweep(figs)
-    assert [(r["M"], r["kernel"], r["speedup"]) for r in rows] == [(2, "w4a16_mma", 4.8), (16, "w4a16_mma", 2.4)]
-    lines = bench.target_verdicts(rows)
-    assert lines[0].startswith("17408x5120 / 5120x17408, M = 2..16, >= 3.0x cuBLAS fp16: MISSED (worst 2.40x")
-    assert lines[1].endswith("not measured")
