@@ -150,7 +150,9 @@ def figure_sources(doc: dict) -> list[str]:
 
 def restamp_results(dry: bool) -> Counter:
     stats = Counter()
-    for p in sorted((REPO / "results").glob("*/*.json")):
+    for p in sorted((REPO / "results").rglob("*.json")):
+        if "verification" in p.parts:
+            continue
         doc = json.loads(p.read_text())
         if not isinstance(doc, dict) or "figures" not in doc:
             continue

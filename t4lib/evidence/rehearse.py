@@ -395,7 +395,7 @@ def execute(run: Run, out: Path, env: dict[str, str], timeout: int, peak_file: P
         stale.unlink(missing_ok=True)
     log = out / "logs" / f"rehearsal_{run.copy_name}.log"
     written = copies / f"{run.copy_name}.results"  # the results files the run wrote, kept apart
-    before = notebook.run_provenance(run.profile)  # the executed copy is stamped with it, as run_all.sh does
+    before = notebook.run_provenance(run.profile, run.notebook)  # the executed copy is stamped with it, as run_all.sh does
     t0 = time.perf_counter()
     guard = records_kept(results.results_dir(), written, _own_files(out)) if keep_records else contextlib.nullcontext()
     with guard, GpuSampler() as gpu:

@@ -159,7 +159,9 @@ def ledger_figures() -> dict:
     stale = st["stale"]
     return {"files": len(st["files"]), "verified": len(st["files"]) - len(stale), "stale": len(stale),
             "passed": outcomes.count("passed"), "failed": outcomes.count("failed") + outcomes.count("error"),
-            "status": "current" if st["ok"] else "changed since: " + ", ".join(stale)}
+            "status": "current" if st["ok"] else "changed since: " + ", ".join(stale) if stale else
+            "not verified: " + ", ".join([f"family {f}" for f, v in st["families"].items()
+                                          if not (v["built"] and v["tested_by"])] + ([] if st["kat"] else ["KATs"]))}
 
 
 def _short(file: str, status: str) -> str:

@@ -493,9 +493,11 @@ def check_ledger() -> tuple[bool, str]:
     st = ledger_state()
     if st["ok"]:
         devices = sorted({n for v in st["files"].values() for n in v["verified_by"]})
+        ran = "; ".join(sorted({ACCEPTED_DEVICES[json.loads((ledger_dir() / n).read_text())["device"]][1]
+                                for n in devices}))
         return True, (f"{len(st['files'])} GPU test files verified at their current closures by {devices}; every "
-                      f"family built and tested; KATs by {st['kat']}. A record of GPU runs, checked for consistency "
-                      "with today's sources (CI has no GPU and cannot re-run it)")
+                      f"family built and tested; KATs by {st['kat']}; ran {ran}. A record of GPU runs, checked for "
+                      "consistency with today's sources (CI has no GPU and cannot re-run it)")
     parts = []
     if st["stale"]:
         parts.append(f"{len(st['stale'])} GPU test files not verified at their current closure: " + "; ".join(
