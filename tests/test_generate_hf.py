@@ -36,7 +36,7 @@ def _config(model, **kw):
 def test_greedy_with_eos_stops_equals_hf_on_40_prompts(tiny):
     model, tok, prompts = tiny
     gc = _config(model)
-    eng = StaticEngine(model, max_len=192)
+    eng = StaticEngine(model, max_len=128)
     stopped = 0
     for ids in prompts:
         want = model.generate(ids, generation_config=gc)
@@ -48,7 +48,7 @@ def test_greedy_with_eos_stops_equals_hf_on_40_prompts(tiny):
 
 def test_default_is_the_models_generation_config(tiny):
     model, tok, prompts = tiny
-    eng = StaticEngine(model, max_len=192)
+    eng = StaticEngine(model, max_len=128)
     for ids in prompts[:5]:
         want = model.generate(ids, max_new_tokens=40)
         got = eng.generate(ids, max_new_tokens=40)
@@ -59,7 +59,7 @@ def test_default_is_the_models_generation_config(tiny):
 def test_repetition_penalty_greedy_equals_hf(tiny):
     model, _, prompts = tiny
     gc = _config(model, repetition_penalty=1.3)
-    eng = StaticEngine(model, max_len=192)
+    eng = StaticEngine(model, max_len=128)
     for ids in prompts[:8]:
         assert torch.equal(eng.generate(ids, generation_config=gc), model.generate(ids, generation_config=gc))
 
@@ -71,20 +71,20 @@ def test_padded_batch_rows_stop_at_eos_and_pad_after_it(tiny):
     T = max(map(len, rows))
     ids = torch.tensor([[1] * (T - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (T - len(r)) + [1] * len(r) for r in rows])
-    got = StaticEngine(model, max_len=192).generate(ids, attention_mask=mask, generation_config=gc)
+    got = StaticEngine(model, max_len=128).generate(ids, attention_mask=mask, generation_config=gc)
     assert torch.equal(got[:, :T], ids)
     new = got[:, T:]
     for b, r in enumerate(rows):
         alone = model.generate(torch.tensor([r]), generation_config=gc)[0, len(r):]
         assert torch.equal(new[b, :len(alone)], alone)
         assert (new[b, len(alone):] == gc.pad_token_id).all()
-    lists = StaticEngine(model, max_len=192).generate(rows, generation_config=gc)
+    lists = StaticEngine(model, max_len=128).generate(rows, generation_config=gc)
     assert torch.equal(lists[:, T:], new)
 
 
 def test_return_dict_carries_sequences_and_statistics(tiny):
     model, _, prompts = tiny
-    res = StaticEngine(model, max_len=192).generate(prompts[0], generation_config=_config(model),
+    res = StaticEngine(model, max_len=128).generate(prompts[0], generation_config=_config(model),
                                                     return_dict_in_generate=True, output_logits=True)
     assert isinstance(res, GenerateResult)
     n = res.sequences.shape[1] - prompts[0].shape[1]
@@ -96,14 +96,14 @@ def test_text_streamer_prints_the_answer(tiny):
     model, tok, prompts = tiny
     buf = io.StringIO()
     with redirect_stdout(buf):
-        out = StaticEngine(model, max_len=192).generate(prompts[2], generation_config=_config(model),
+        out = StaticEngine(model, max_len=128).generate(prompts[2], generation_config=_config(model),
                                                         streamer=TextStreamer(tok, skip_prompt=True))
     assert buf.getvalue().strip() == tok.decode(out[0, prompts[2].shape[1]:]).strip()
 
 
 def test_what_the_engine_does_not_implement_is_refused(tiny):
     model, _, prompts = tiny
-    eng = StaticEngine(model, max_len=192)
+    eng = StaticEngine(model, max_len=128)
     with pytest.raises(ValueError, match="num_beams"):
         eng.generate(prompts[0], max_new_tokens=4, num_beams=2)
     with pytest.raises(TypeError, match="no_such_option"):
@@ -116,7 +116,7 @@ def test_what_the_engine_does_not_implement_is_refused(tiny):
 
 def test_sampling_follows_top_p_and_seed(tiny):
     model, _, prompts = tiny
-    eng = StaticEngine(model, max_len=192)
+    eng = StaticEngine(model, max_len=128)
     kw = dict(do_sample=True, temperature=0.8, top_p=0.9, top_k=0, max_new_tokens=16)
     a, b = eng.generate(prompts[0], seed=3, **kw), eng.generate(prompts[0], seed=3, **kw)
     assert torch.equal(a, b)
@@ -146,7 +146,7 @@ def test_warpers_match_hf():
 def test_speculative_generate_equals_hf_greedy(tiny):
     model, _, prompts = tiny
     gc = _config(model)
-    eng = SpeculativeEngine(model, PromptLookupDrafter(), max_len=192, max_batch_size=4)
+    eng = SpeculativeEngine(model, PromptLookupDrafter(), max_len=128, max_batch_size=4)
     for ids in prompts[:8]:
         assert torch.equal(eng.generate(ids, generation_config=gc), model.generate(ids, generation_config=gc))
     res = eng.generate(prompts[0], generation_config=gc, return_dict_in_generate=True)
@@ -161,8 +161,8 @@ def test_no_deprecated_cache_keyword(tiny, caplog):
     transformers.utils.logging.enable_propagation()
     try:
         with caplog.at_level(logging.WARNING):
-            StaticEngine(model, max_len=192).generate(prompts[0], max_new_tokens=4)
-            SpeculativeEngine(model, PromptLookupDrafter(), max_len=192).generate(prompts[0], max_new_tokens=4)
+            StaticEngine(model, max_len=128).generate(prompts[0], max_new_tokens=4)
+            SpeculativeEngine(model, PromptLookupDrafter(), max_len=128).generate(prompts[0], max_new_tokens=4)
     finally:
         transformers.utils.logging.disable_propagation()
     assert not [r for r in caplog.records if "past_key_values" in r.getMessage()]

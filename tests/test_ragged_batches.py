@@ -137,8 +137,8 @@ def test_sample_groups_merges_ragged_groups(model):
     ids = [p for p in groups for _ in range(n)]
     eng = StaticEngine(model, max_len=48)
     calls = []
-    generate = eng.generate
-    eng.generate = lambda rows, *a, **k: calls.append([len(r) for r in rows]) or generate(rows, *a, **k)
+    generate = eng.generate_with_stats
+    eng.generate_with_stats = lambda rows, *a, **k: calls.append([len(r) for r in rows]) or generate(rows, *a, **k)
     torch.manual_seed(0)
     comp, lps, st = sample_groups(eng, ids, n, 10, 1.0, eos_token_id=[5, 6], merge_groups=True)
     assert calls == [[3] * n + [9] * n + [5] * n]   # one ragged batch
