@@ -83,3 +83,13 @@ def test_bad_input_is_named(tmp_path):
     assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "x.gguf.partial").exists()
     with pytest.raises(GGUFError, match="not found"):
         load_qwen2(tmp_path / "absent.gguf")
+
+
+def test_w4a16_layers_export_their_dequantized_weights(tmp_path):
+    from t4lib.quant.model import default_policy, quantize_model
+
+    m = _random_qwen2()
+    q = quantize_model(m, default_policy(m, 32, "rtn"), inplace=False)
+    ids = torch.randint(0, m.config.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    g = load_qwen2(export_qwen2(q, tmp_path / "q.gguf", ftype="F32"))
+    torch.testing.assert_close(_logits(g, ids), _logits(q, ids), rtol=1e-4, atol=1e-4)

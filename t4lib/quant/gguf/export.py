@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from t4lib.quant.gguf import GGUFError, GGUFFile, _gguf
+from t4lib.quant.linear import QuantLinear
 
 __all__ = ["export_qwen2", "load_qwen2", "FTYPES"]
 
@@ -64,12 +65,19 @@ def _state(model: nn.Module) -> dict[str, torch.Tensor]:
     if getattr(cfg, "model_type", None) != "qwen2":
         raise ValueError(f"model must be a Qwen2-architecture causal LM (config.model_type 'qwen2'), got "
                          f"{type(model).__name__} with model_type {getattr(cfg, 'model_type', None)!r}")
+    quant = {name: mod for name, mod in model.named_modules() if isinstance(mod, QuantLinear)}
     for name, mod in model.named_modules():
+        if name in quant:
+            continue
         if name and not isinstance(mod, (nn.Linear, nn.Embedding)) and len(list(mod.children())) == 0 \
                 and any(True for _ in mod.parameters(recurse=False)) and "norm" not in type(mod).__name__.lower():
             raise ValueError(f"model: layer {name!r} is a {type(mod).__name__}, not a plain Linear: merge adapters "
                              "(peft: merge_and_unload()) and dequantize before exporting")
-    state = {k: v for k, v in model.state_dict().items()}
+    state = {k: v for k, v in model.state_dict().items() if k.rsplit(".", 1)[0] not in quant}
+    for name, mod in quant.items():  # a W4A16 layer exports its dequantized weight (exactly what it computes with)
+        state[f"{name}.weight"] = mod.dequantize()
+        if getattr(mod, "bias", None) is not None:
+            state[f"{name}.bias"] = mod.bias
     if getattr(cfg, "tie_word_embeddings", False):
         state.pop("lm_head.weight", None)
     unknown = sorted(k for k in state if _gguf_name(k) is None and not k.endswith("rotary_emb.inv_freq"))
@@ -127,7 +135,7 @@ def _add_tokenizer(w, tokenizer, vocab_size: int, cfg) -> None:
 def export_qwen2(model: nn.Module, path: str | os.PathLike, tokenizer=None, *, ftype: str = "Q8_0",
                  name: str | None = None) -> Path:
     """Write ``model`` (a ``Qwen2ForCausalLM`` with plain Linear layers: trained, or LoRA-merged with
-    ``merge_and_unload()``) to the GGUF file ``path`` in llama.cpp's ``qwen2`` layout; returns the path.
+    ``merge_and_unload()``; W4A16 :class:`QuantLinear` layers export their dequantized weights) to the GGUF file ``path`` in llama.cpp's ``qwen2`` layout; returns the path.
 
     ``ftype``: ``"Q8_0"`` (2-D weights whose rows are a multiple of 32 long, the rest F16), ``"F16"`` or
     ``"F32"``; 1-D tensors (norms, biases) are F32. ``tokenizer``: a fast byte-level BPE tokenizer to embed
