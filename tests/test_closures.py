@@ -194,7 +194,7 @@ def test_a_record_without_a_closure_or_with_a_missing_producer_is_rejected(tmp_p
     with pytest.raises(ValueError, match="producer"):
         results.write(tmp_path / "r.json", [fig], producer="t4lib/benchmarks/no_such_bench.py")
     with pytest.raises(ValueError, match="producer"):
-        results.lab_record("python labs/no_such_lab/no_such_lab.py")
+        results.lab_record("python scripts/no_such_script.py")
     assert not (tmp_path / "r.json").exists()
 
 

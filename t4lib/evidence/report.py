@@ -31,6 +31,7 @@ from pathlib import Path
 
 from t4lib.core import results
 from t4lib.core.notebook import stamp_status
+from t4lib.evidence import verify
 
 TEMPLATE = Path(__file__).with_name("report_summary.md")
 RECORDS = Path(__file__).with_name("report_results.md")
@@ -148,8 +149,6 @@ def ledger_figures() -> dict:
     """Today's verdict over the GPU verification ledger, for templates: ``files`` (GPU test files collected),
     ``verified`` (those verified at their current closure), ``stale``, ``passed`` / ``failed`` (outcomes in the
     records that verify them), ``status``."""
-    from t4lib.evidence import verify   # the same floor; imported here because it collects tests with pytest
-
     st = verify.ledger_state()
     entries = {p.name: json.loads(p.read_text()) for p in verify.ledger_dir().glob("*.json")}
     outcomes = []
