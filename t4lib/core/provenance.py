@@ -80,12 +80,29 @@ def _strip_docstrings(tree: ast.AST) -> ast.AST:
     return tree
 
 
+def _serialize(node) -> str:
+    """A syntax tree as text that does not depend on the Python version reading it: ``ast.dump`` shows the fields a
+    version knows (3.12 added ``type_params`` to every function and class), so fields that are None or empty are
+    left out, and every other field is named."""
+    if isinstance(node, ast.AST):
+        parts = []
+        for name in node._fields:
+            v = getattr(node, name, None)
+            if v is None or (isinstance(v, list) and not v):
+                continue
+            parts.append(f"{name}={_serialize(v)}")
+        return f"{type(node).__name__}({','.join(parts)})"
+    if isinstance(node, list):
+        return "[" + ",".join(_serialize(x) for x in node) + "]"
+    return repr(node)
+
+
 def _python_fingerprint_text(text: str, filename: str) -> str:
     try:
         tree = ast.parse(text, filename=filename)
     except SyntaxError:   # not Python (a cell of shell escapes, say): its text without comments
         return _strip_hash_comments(text)
-    return ast.dump(_strip_docstrings(tree), annotate_fields=False, include_attributes=False)
+    return _serialize(_strip_docstrings(tree))
 
 
 def _strip_hash_comments(text: str) -> str:
