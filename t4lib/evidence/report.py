@@ -53,6 +53,9 @@ def _record(path: Path, file: str, key_path: str):
     v = json.loads(path.read_text())
     parts, i = key_path.rstrip("#").split("."), 0
     while i < len(parts):
+        if isinstance(v, list) and parts[i].isdigit() and int(parts[i]) < len(v):   # a list's item by its index
+            v, i = v[int(parts[i])], i + 1
+            continue
         j = next((j for j in range(len(parts), i, -1) if isinstance(v, dict) and ".".join(parts[i:j]) in v), None)
         if j is None:
             raise KeyError(f"{file} holds no {key_path!r} (no key {parts[i]!r}; named in a template)")
