@@ -182,6 +182,9 @@ check_only() {
 
 run_notebooks() {
   local slug out dest marker
+  # a profile no notebook can run is refused here, once, before any notebook starts
+  "$PY" -c "import sys; from t4lib.core.notebook import resolve_profile; resolve_profile(sys.argv[1])" "$PROFILE" \
+    || { echo "PROFILE=$PROFILE: no notebook was run" >&2; return 2; }
   slug=$("$PY" -c "from t4lib.core import hw; print(hw.device_slug())")
   out=results/$slug
   mkdir -p "$out"

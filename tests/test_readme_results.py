@@ -118,3 +118,15 @@ def test_any_gpu_shows_every_current_record_with_its_device(tmp_path):
     assert R.render(row, tmp_path) == f"| 2.83 (H200, stale) | changed since: {PRODUCER} (H200) |"
     with pytest.raises(KeyError, match="no GPU's results file"):
         R.render("{{*/bench.json|k/none|.2f}}", tmp_path)
+
+
+def test_a_truncated_results_file_is_named_not_a_bare_decode_error(tmp_path):
+    from t4lib.core import results
+    from t4lib.evidence import report
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "x.json").write_text('{"schema": 1, "figures": [')
+    with pytest.raises(ValueError, match="x.json"):
+        report.render("{{dev/x.json|a|.1f}}", root=tmp_path)
+    with pytest.raises(ValueError, match="x.json"):
+        results.report(tmp_path)

@@ -80,7 +80,10 @@ class _Resolver:
     def doc(self, file: str) -> dict:
         if file not in self.docs:
             path = self.root / file
-            doc = json.loads(path.read_text())
+            try:
+                doc = json.loads(path.read_text())
+            except (json.JSONDecodeError, UnicodeDecodeError) as e:
+                raise ValueError(f"{path}: not a readable JSON results file ({e})") from None
             results.validate(doc)
             self.docs[file] = doc
             self.status[file] = results.provenance_status(doc)
