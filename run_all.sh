@@ -183,7 +183,7 @@ check_only() {
 run_notebooks() {
   local slug out dest marker
   # a profile no notebook can run is refused here, once, before any notebook starts
-  "$PY" -c "import sys; from t4lib.core.notebook import resolve_profile; resolve_profile(sys.argv[1])" "$PROFILE" \
+  PROFILE="$PROFILE" "$PY" -c "import os; from t4lib.core.notebook import resolve_profile; resolve_profile(os.environ.get('PROFILE', 'auto'))" \
     || { echo "PROFILE=$PROFILE: no notebook was run" >&2; return 2; }
   slug=$("$PY" -c "from t4lib.core import hw; print(hw.device_slug())")
   out=results/$slug

@@ -108,14 +108,18 @@ def test_any_gpu_shows_every_current_record_with_its_device(tmp_path):
     put("nvidia-h100-80gb-hbm3", 1.70)
     put("cpu", 9.0)
     row = "| {{*/bench.json|k/t|.2f}} | {{sources}} |"
-    assert R.render(row, tmp_path) == "| 1.70 (H100) | current (H100) |"
+    assert R.render(row, tmp_path) == "| 1.70 | current (H100) |"   # one device on the line: said once
     put("nvidia-h200", 1.90)
     assert R.render(row, tmp_path) == "| 1.70 (H100) / 1.90 (H200) | current (H100); current (H200) |"
     put("nvidia-h200", 1.70)
-    assert R.render(row, tmp_path).startswith("| 1.70 (H100, H200) |")
+    assert R.render(row, tmp_path) == "| 1.70 | current (H100); current (H200) |"
     put("nvidia-h100-80gb-hbm3", 1.70, stale=True, written="2026-01-01T00:00:00+00:00")
     put("nvidia-h200", 2.83, stale=True, written="2026-03-01T00:00:00+00:00")
-    assert R.render(row, tmp_path) == f"| 2.83 (H200, stale) | changed since: {PRODUCER} (H200) |"
+    assert R.render(row, tmp_path) == f"| 2.83 | changed since: {PRODUCER} (H200) |"
+    put("nvidia-h100-80gb-hbm3", 1.70)   # a line mixing devices labels each value, the stale one with a dagger
+    put("nvidia-h200", 3.10, stale=True, name="other.json")
+    mixed = "| {{*/bench.json|k/t|.2f}} and {{*/other.json|k/t|.2f}} |"
+    assert R.render(mixed, tmp_path) == "| 1.70 (H100) and 3.10 (H200\u2020) |"
     with pytest.raises(KeyError, match="no GPU's results file"):
         R.render("{{*/bench.json|k/none|.2f}}", tmp_path)
 

@@ -189,7 +189,7 @@ def qwen_tokenizer_json() -> str:
     """Qwen2.5's tokenizer as a ``tokenizers`` JSON document: BPE from :func:`qwen_ranks`, Qwen's pre-tokenizer
     and normalizer, and :data:`QWEN25_ADDED` at their ids. About 5 s to build; cached in the process."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, normalizers, pre_tokenizers  # optional (train)
-    from tokenizers.models import BPE
+    from tokenizers.models import BPE  # optional (train)
 
     ranks = qwen_ranks()
     if sorted(ranks.values()) != list(range(len(ranks))) or len(ranks) != QWEN25_ADDED[0][0]:

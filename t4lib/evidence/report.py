@@ -134,12 +134,12 @@ class _Resolver:
             if not current:   # the newest record, said stale
                 f = max(cands, key=lambda c: str(self.doc(c).get("written", "")))
                 self.used.append((f, self.status[f]))
-                return f"{fmt(self.figure(f, name))} ({device_label(f.split('/')[0])}, stale)"
+                return f"{fmt(self.figure(f, name))}{_LABEL}{device_label(f.split('/')[0])}\u2020{_END}"
             shown: dict[str, list[str]] = {}
             for f in current:
                 self.used.append((f, "current"))
                 shown.setdefault(fmt(self.figure(f, name)), []).append(device_label(f.split("/")[0]))
-            return " / ".join(f"{v} ({', '.join(devs)})" for v, devs in shown.items())
+            return " / ".join(f"{v}{_LABEL}{', '.join(devs)}{_END}" for v, devs in shown.items())
         if not (self.root / file).is_file():
             raise KeyError(f"results file {file} (named in a template) does not exist")
         if name.startswith("@"):   # a key of the results file beside its figures (a run's status, say)
@@ -169,8 +169,33 @@ def ledger_figures() -> dict:
                                           if not (v["built"] and v["tested_by"])] + ([] if st["kat"] else ["KATs"]))}
 
 
-def _short(file: str, status: str) -> str:
+# A value's device label while a line is filled: kept as " (H100)" where a line mixes devices, dropped where every
+# value of the line comes from the same device and state (its sources cell then says which).
+_LABEL, _END = "\x00", "\x01"
+_LABELLED = re.compile("\x00([^\x01]*)\x01")
+
+
+def _labels(line: str) -> str:
+    found = set(_LABELLED.findall(line))
+    return _LABELLED.sub("" if len(found) == 1 else r" (\1)", line)
+
+
+#: files a summary cell names before "+N more" (the record names them all)
+SHORT_FILES = 3
+
+
+#: the longest sources cell of the summary table
+CELL = 190
+
+
+def _short(file: str, status: str, keep: int = SHORT_FILES) -> str:
     dev = device_label(file.split("/")[0]) if "/" in file and not file.startswith("verification/") else ""
+    if status.startswith("changed since: "):
+        files = status.removeprefix("changed since: ").split(", ")
+        more = len(files) - keep
+        named = ", ".join(files[:keep])
+        status = ("changed since: " + named + (f" +{more} more" if more > 0 and keep else "") if keep
+                  else f"changed since: {len(files)} file{'s' * (len(files) > 1)}")
     return f"{status} ({dev})" if dev else status
 
 
@@ -178,12 +203,15 @@ def _sources(used: list[tuple[str, str]], short: bool) -> str:
     used = sorted(set(used))
     if not used:
         return "—"
-    if short:
-        seen = []
-        for f, st in used:
-            item = _short(f, st)
-            if item not in seen:
-                seen.append(item)
+    if short:   # as many changed files named as a table cell holds (the record names them all)
+        for keep in (SHORT_FILES, 1, 0):
+            seen = []
+            for f, st in used:
+                item = _short(f, st, keep)
+                if item not in seen:
+                    seen.append(item)
+            if len("; ".join(seen)) <= CELL:
+                break
         return "; ".join(seen)
     return "; ".join(f"`{f}` {st}" for f, st in used)
 
@@ -203,7 +231,7 @@ def render(template: str | None = None, root: str | Path | None = None) -> str:
         para_used: list[tuple[str, str]] = []
         for j, line in enumerate(lines):
             res.used = []
-            line = fill(line)
+            line = _labels(fill(line))
             if _SOURCES in line and line.lstrip().startswith("|"):
                 line = line.replace(_SOURCES, _sources(res.used, short=True))
             para_used += res.used

@@ -150,12 +150,13 @@ def _collect(target: str, marker: str) -> list[str]:
 
 
 def _sanitizer_targets(families: list[str] | None = None) -> list[str]:
-    """The kernel families' own GPU tests (tests/test_<family>*.py), small by design: every
-    family's, or those of ``families``. An item may also name one such test file
-    (``tests/test_w4a16_ws.py``), to sanitize part of a large family. ValueError names an item
-    that is neither a family nor one of a family's test files."""
+    """The kernel families' own GPU test files (tests/test_<family>*.py holding tests of the ``-m gpu``
+    collection; a family's CPU-only test file is not one), small by design: every family's, or those of
+    ``families``. An item may also name one such test file (``tests/test_w4a16_ws.py``), to sanitize part of a
+    large family. ValueError names an item that is neither a family nor one of a family's test files."""
     known = build.families()
-    of_family = {fam: {str(p.relative_to(REPO)) for p in (REPO / "tests").glob(f"test_{fam}*.py")} for fam in known}
+    gpu_files = set(gpu_test_files())
+    of_family = {fam: {f for f in gpu_files if re.fullmatch(rf"tests/test_{fam}\w*\.py", f)} for fam in known}
     own_files = set().union(*of_family.values())
     asked = families or known
     unknown = sorted(set(asked) - set(known) - own_files)
