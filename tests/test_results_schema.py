@@ -338,3 +338,11 @@ def test_racecheck_reports_are_counted_by_kernel(monkeypatch):
     assert out["racecheck"]["race_kernels"] == {"nvjet_sm90_hsh_64x16": 4, "fused_adamw_ws_kernel": 4}
     older = {"f": {"clean": True, "errors": 0, "tests_passed": 1, "seconds": 1}}   # an entry from before the count
     assert verify._summarize({"racecheck": older})["racecheck"]["race_kernels"] is None
+
+
+def test_provenance_names_the_calling_module_by_default():
+    """A module's own record (tiny's training record, say) names that module as its producer."""
+    prov = results.provenance()
+    assert prov["producer"] == "tests/test_results_schema.py" and prov["closure"]["tests/test_results_schema.py"]
+    with pytest.raises(ValueError, match="producer"):
+        results.provenance("no/such/unit.py")

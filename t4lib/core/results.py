@@ -78,10 +78,20 @@ def environment() -> dict[str, Any]:
     }
 
 
-def provenance(producer: str | os.PathLike) -> dict[str, Any]:
-    """What a results file is measured with: schema, commit, dirty tree, the producer and its closure
-    (:func:`t4lib.core.provenance.provenance_of`; ValueError naming ``producer`` when it does not exist)."""
-    return provenance_of(producer)
+def provenance(producer: str | os.PathLike | None = None) -> dict[str, Any]:
+    """What a record is measured with: schema, commit, dirty tree, the producer and its closure
+    (:func:`t4lib.core.provenance.provenance_of`). ``producer`` defaults to the calling module, as in
+    :func:`write`; ValueError naming ``producer`` when it does not exist."""
+    return provenance_of(producer if producer is not None else _caller_unit(sys._getframe(1)))
+
+
+def _caller_unit(frame) -> str:
+    caller = frame.f_code.co_filename
+    try:
+        return _prov.rel(_prov.resolve_unit(caller))
+    except ValueError:
+        raise ValueError(f"producer: called from {caller}, not a file of this repository (a notebook cell, say): "
+                         "name the producing unit, e.g. producer='notebooks/NN_name.ipynb'") from None
 
 
 # Units whose values are times, rates or ratios of them: a negative value is a measuring error, never a result.
@@ -236,12 +246,7 @@ def write(path: str | os.PathLike, figures: Iterable[dict[str, Any]], *, produce
     them. A call with no figures never replaces a file that has some: without merge it raises ValueError and
     the file stays as it was."""
     if producer is None:
-        caller = sys._getframe(1).f_code.co_filename
-        try:
-            producer = _prov.rel(_prov.resolve_unit(caller))
-        except ValueError:
-            raise ValueError(f"producer: write was called from {caller}, not a file of this repository (a notebook "
-                             "cell, say): name the producing unit, e.g. producer='notebooks/NN_name.ipynb'") from None
+        producer = _caller_unit(sys._getframe(1))
     path = Path(path)
     figs = list(figures)
     doc = {"schema": SCHEMA_VERSION, "written": now(), "provenance": provenance(producer), **meta, "figures": figs}

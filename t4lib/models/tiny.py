@@ -535,7 +535,7 @@ def train_streamed(p: Preset, out: Path, *, device: str, evaluate_after: bool = 
         train_seconds=round(train_s, 1), trainer_tokens_per_s=round(tokens / train_s),
         data_wait_seconds=round(wait_s, 2), generator_tokens_per_s=round(generator["tokens_per_s"]),
         generator_workers=p.workers, versions=_versions(), command=command,
-        provenance=results.provenance(__file__), date=results.now(),
+        provenance=results.provenance(), date=results.now(),
     )
     model = model.to(dtype=torch.float16).to(dtype=torch.float32)
     record["eval_weights"] = "the saved fp16 checkpoint, computed in fp32"

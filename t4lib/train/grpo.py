@@ -634,36 +634,6 @@ def wait_all(procs: list) -> tuple[list[dict], list[str]]:
     return recs, errors
 
 
-#: GPU memory one honesty run can hold at its peak (a 28M-parameter policy, its rollout engine's graphs and 64
-#: completions' logits; measured on an H100: up to 14 GiB): the sweep starts no more runs at once than fit
-RUN_PEAK_GIB = 14.0
-
-
-def parallel_runs(device: str) -> int:
-    """How many honesty runs fit the device's memory at once (all of a sweep on the CPU)."""
-    if device != "cuda":
-        return 1 << 30
-    total = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return max(1, int(total // RUN_PEAK_GIB))
-
-
-def run_bounded(jobs: list, parallel: int) -> tuple[list[dict], list[str]]:
-    """Run ``(record path, command)`` jobs, at most ``parallel`` at a time (each logging beside its record), and
-    return :func:`wait_all`'s records and failures."""
-    if not isinstance(parallel, int) or parallel < 1:
-        raise ValueError(f"max_parallel must be a positive int, got {parallel!r}")
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
-    running, done = [], []
-    for f, cmd in jobs:
-        while len(running) >= parallel:
-            time.sleep(0.5)
-            done += [r for r in running if r[1].poll() is not None]
-            running = [r for r in running if r[1].poll() is None]
-        log = open(Path(f).with_suffix(".log"), "w")
-        running.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)))
-    return wait_all(done + running)
-
-
 class NothingSucceeded(RuntimeError):
     """Every run of a command failed: nothing was written."""
 
@@ -1086,14 +1056,13 @@ def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), se
                   save_dir: str | None = None, logs: str = "/tmp/t4lib_grpo_honesty_logs", budget_s: float = 540.0,
                   reserve_s: float = 75.0, sft_epochs: float = SFT_START["epochs"], sft_max_steps: int = -1,
                   n_traps: int | None = None, n_answerable: int | None = None, drift: bool = True,
-                  rewards: dict | None = None, max_parallel: int | None = None, **arm_kw) -> dict:
+                  rewards: dict | None = None, **arm_kw) -> dict:
     """The whole honesty experiment in one call: the cold-start SFT start (or ``start``, a saved one), its
     evaluation on ``split``, every arm x seed as parallel GRPO processes on one device
     (:func:`run_honesty_arm`, each saving its policy under ``save_dir``), the drift table, and ``out`` (results
     figures, summary, runs with their curves). ``budget_s``: the wall-clock budget of the whole call; the runs
     stop early (and say so) if training would leave less than ``reserve_s`` for their evaluations, the drift table
-    and the write. ``max_parallel``: runs at once (default: as many as fit the GPU's memory, :func:`parallel_runs`;
-    the rest wait for a free slot). ``arm_kw``: :data:`_ARM_OPTIONS`."""
+    and the write. ``arm_kw``: :data:`_ARM_OPTIONS`."""
     t_start = time.time()
     split = arm_kw.get("split", "validation")
     check_honesty_args(arms=list(arms), seeds=list(seeds), rewards=rewards, start=start,
@@ -1121,7 +1090,7 @@ def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), se
     print("SFT start on", split, json.dumps({k: start_eval[k]["rate"] for k in
                                              ("abstention", "false_abstention", "answerable_accuracy")}), flush=True)
     stop_at = t_start + budget_s - reserve_s
-    jobs = []
+    procs = []
     for arm in arms:
         for seed in seeds:
             f = Path(logs) / f"honesty_{arm}_s{seed}.json"
@@ -1136,11 +1105,12 @@ def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), se
                 cmd += ["--n-traps", str(n_traps)]
             if n_answerable:
                 cmd += ["--n-answerable", str(n_answerable)]
-            jobs.append((f, cmd))
-    parallel = max_parallel or parallel_runs(device)
-    timing["parallel_runs"] = parallel
+            log = open(f.with_suffix(".log"), "w")
+            procs.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                              env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                   "TRL_EXPERIMENTAL_SILENCE": "1"})))
     t0 = time.time()
-    runs, errors = run_bounded(jobs, parallel)
+    runs, errors = wait_all(procs)
     timing["runs_s"] = time.time() - t0
     print(f"runs: {len(runs)}/{len(procs)} in {timing['runs_s']:.1f}s", flush=True)
     drift_rec = None
@@ -1271,8 +1241,6 @@ def main(argv=None):
     a4.add_argument("--sft-epochs", type=float, default=SFT_START["epochs"])
     a4.add_argument("--sft-max-steps", type=int, default=-1, help="> 0: that many SFT steps instead of epochs")
     a4.add_argument("--no-drift", action="store_true")
-    a4.add_argument("--max-parallel", type=int, default=None,
-                    help="runs at once (default: as many as fit the GPU's memory at 14 GiB each)")
     a5 = sub.add_parser("honesty-arm", help="one GRPO run of the honesty sweep (the sweep starts these)")
     _honesty_options(a5, False)
     a5.add_argument("--arm", default="cp_hybrid")
@@ -1296,7 +1264,7 @@ def main(argv=None):
             summ = honesty_sweep(a.out, model_id=a.model, arms=tuple(a.arms), seeds=tuple(a.seeds), start=a.start,
                                  save_dir=a.save_dir, logs=a.logs, budget_s=a.budget_s, reserve_s=a.reserve_s,
                                  sft_epochs=a.sft_epochs, sft_max_steps=a.sft_max_steps, n_traps=a.n_traps,
-                                 n_answerable=a.n_answerable, drift=not a.no_drift, rewards=rewards, max_parallel=a.max_parallel, **kw)
+                                 n_answerable=a.n_answerable, drift=not a.no_drift, rewards=rewards, **kw)
         except NothingSucceeded as e:
             print(e, file=sys.stderr)
             return 1
