@@ -493,3 +493,19 @@ def test_swizzle_ncu_without_nsight_compute_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="ncu not found"):
         swizzle_ncu.run(tmp_path, ncu=str(tmp_path / "no-such-ncu"))
     assert not (tmp_path / "swizzle_ncu.json").exists()
+
+
+def test_the_next_write_removes_temporaries_an_interrupted_write_left(tmp_path):
+    """A write killed mid-way leaves its temporary file; the next write to the same place removes it (a process
+    that still runs keeps its own)."""
+    import os
+
+    target = tmp_path / "x.json"
+    dead = tmp_path / ".x.json.999999999.0123abcd.tmp"
+    live = tmp_path / f".x.json.{os.getpid()}.89abcdef.tmp"
+    other = tmp_path / ".y.json.999999999.0123abcd.tmp"
+    for p in (dead, live, other):
+        p.write_bytes(b"partial")
+    results.write_json(target, {"a": 1})
+    assert not dead.exists() and live.exists() and other.exists()
+    assert json.loads(target.read_text()) == {"a": 1}
