@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E
 from t4lib.decoding.sampling import Sampler, scaled_logits, speculative_accept  # noqa: E402
 from t4lib.quant import quantize_gptq, quantize_rtn  # noqa: E402
 from t4lib.quant.quantize import MAX_ABS_WEIGHT, MIN_ABS_ROW  # noqa: E402
+from random_lm import ForwardReached, NoForward, wandering_qwen2  # noqa: E402
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow],
                     derandomize=True)
@@ -129,24 +130,7 @@ def test_speculative_accept_refuses_draft_ids_outside_the_vocabulary(k, V, draft
 
 @pytest.fixture(scope="module")
 def small_model():
-    from random_lm import wandering_qwen2
     return wandering_qwen2()
-
-
-class _Reached(Exception):
-    pass
-
-
-class _NoForward(torch.nn.Module):
-    def __init__(self, m):
-        super().__init__()
-        self.m, self.config = m, m.config
-
-    def get_input_embeddings(self):
-        return self.m.get_input_embeddings()
-
-    def forward(self, *a, **k):
-        raise _Reached
 
 
 def _engine_arg_problems(n, do_sample, temperature, top_k, seed, max_len, prompt_len):
@@ -176,11 +160,11 @@ def test_static_engine_checks_every_argument_before_any_forward(small_model, n, 
                                                                  seed):
     from t4lib.serving import StaticEngine
 
-    eng = StaticEngine(_NoForward(small_model), max_len=32)
+    eng = StaticEngine(NoForward(small_model), max_len=32)
     bad = _engine_arg_problems(n, do_sample, temperature, top_k, seed, 32, 2)
     try:
         eng.generate_with_stats([[1, 2]], n, do_sample=do_sample, temperature=temperature, top_k=top_k, seed=seed)
-    except _Reached:
+    except ForwardReached:
         assert not bad, f"reached a forward with bad {sorted(bad)}"
     except (TypeError, ValueError) as e:
         assert bad, f"refused good arguments: {e}"

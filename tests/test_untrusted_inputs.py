@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from random_lm import V, wandering_qwen2
+from random_lm import V, NoForward, wandering_qwen2
 
 from t4lib.contract import rule as R
 from t4lib.quant import QuantLinear, quantize_gptq, quantize_model, quantize_rtn
@@ -20,20 +20,6 @@ from t4lib.speculative import PromptLookupDrafter, SpeculativeEngine
 @pytest.fixture(scope="module")
 def model():
     return wandering_qwen2()
-
-
-class NoForward(torch.nn.Module):
-    """Wraps a model and fails the test if a forward is reached."""
-
-    def __init__(self, m):
-        super().__init__()
-        self.m, self.config = m, m.config
-
-    def get_input_embeddings(self):
-        return self.m.get_input_embeddings()
-
-    def forward(self, *a, **k):
-        raise AssertionError("a forward ran before the arguments were checked")
 
 
 def engines(model):
