@@ -209,7 +209,7 @@ def restamp_labs(dry: bool) -> Counter:
         new = restamp(prov, [doc["command"]], str(p.relative_to(REPO)))
         doc["provenance"] = new
         doc.pop("sources_sha256", None)
-        stats[results._status_of(new).split(":")[0]] += 1
+        stats[results.status_of(new).split(":")[0]] += 1
         if not dry:
             results.write_json(p, doc)
     return stats

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from t4lib.core import hw, results
-from t4lib.core.provenance import changed_since, provenance_of
+from t4lib.core.provenance import provenance_of
 
 # The one repository URL; pyproject.toml's [project.urls] Repository declares the same (tested).
 REPOSITORY_URL = "https://github.com/t4lib/t4lib"
@@ -159,15 +159,11 @@ def stamp(path: str | Path, before: dict[str, Any]) -> dict[str, Any]:
 
 
 def stamp_status(meta: dict[str, Any] | None) -> str:
-    """``current``, ``changed since: <files>`` or ``not recorded`` for an executed notebook's stamp."""
-    if not meta or "closure" not in meta:
-        return "not recorded"
-    changed = changed_since(meta.get("closure"), meta.get("producer"))
-    if changed == ["(closure not recorded)"]:
-        return "not recorded"
-    if meta.get("closure_after") is not None:
+    """``current``, ``changed since: <files>``, ``changed during the run`` or ``not recorded`` for an executed
+    notebook's stamp."""
+    if meta and meta.get("closure_after") is not None:
         return "changed during the run"
-    return "changed since: " + ", ".join(changed) if changed else "current"
+    return results.status_of(meta)
 
 
 def main(argv: list[str] | None = None) -> int:

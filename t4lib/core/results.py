@@ -51,7 +51,7 @@ SCHEMA_VERSION = 1
 REQUIRED = ("name", "value", "unit", "tag", "device", "driver", "torch", "clocks", "throttle", "when", "source")
 # The explicit value of a provenance field (commit, sources hash) that was not recorded when the file was written
 # and cannot be established since: never a guess.
-UNRECORDED = "unrecorded"
+UNRECORDED = _prov.UNRECORDED
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -411,7 +411,9 @@ def load_all(root: str | os.PathLike | None = None) -> list[tuple[Path, dict[str
     return out
 
 
-def _status_of(prov: Any) -> str:
+def status_of(prov: Any) -> str:
+    """``current``, ``changed since: <files>`` or ``not recorded`` for one provenance block (a record's, a
+    carried-over figure's, an executed notebook's stamp)."""
     if not isinstance(prov, dict):
         return "not recorded"
     changed = changed_since(prov.get("closure"), prov.get("producer"))
@@ -426,10 +428,10 @@ def provenance_status(doc: dict[str, Any]) -> str:
     """``current`` (the producer's closure today has the fingerprints the file recorded), ``changed since: <the
     files that changed>``, or ``not recorded`` (a file older than closures). A file is current only when the
     figures it carries over from an earlier run are too (their own provenance, said after ``carried over:``)."""
-    status = _status_of(doc.get("provenance"))
+    status = status_of(doc.get("provenance"))
     for f in doc.get("figures", []):
         if f.get("carried_over"):
-            old = _status_of(f["carried_over"].get("provenance"))
+            old = status_of(f["carried_over"].get("provenance"))
             if old != "current":
                 return status if status != "current" else f"carried over: {old}"
     return status
@@ -438,8 +440,8 @@ def provenance_status(doc: dict[str, Any]) -> str:
 def figure_status(doc: dict[str, Any], fig: dict[str, Any]) -> str:
     """The status of one figure of ``doc``: its file's, or for a figure carried over, the run's it came from."""
     if fig.get("carried_over"):
-        return "carried over; " + _status_of(fig["carried_over"].get("provenance"))
-    return _status_of(doc.get("provenance"))
+        return "carried over; " + status_of(fig["carried_over"].get("provenance"))
+    return status_of(doc.get("provenance"))
 
 
 def report(root: str | os.PathLike | None = None) -> str:
