@@ -411,8 +411,8 @@ def run(sanitize: bool = False, bench: bool = True, out: Path | None = None,
                        for fam, b in build.build_many().items()}
 
     # 2. the GPU test files: all of them, or those no entry verifies at today's closure
-    collected = collect_gpu_tests()
-    _current_collection.cache_clear()
+    _current_collection.cache_clear()   # collected once, now: ledger_state reads the same collection
+    collected = list(_current_collection())
     state = ledger_state() if stale_only else None
     todo = state["stale"] if stale_only else gpu_test_files(collected)
     entry["ran"] = todo
