@@ -71,6 +71,9 @@ def serve_compare(label: str, cfg_kw: dict, new_tokens: int = 128, prompt_len: i
         figs.append(results.figure(f"{label}/{name}", value, unit, tag, SOURCE, **kw))
 
     def engine(**kw):
+        # each engine compiles as it would in a process of its own: the compiles of earlier engines and sections
+        # must not use up dynamo's recompile limit for StaticEngine._forward (past it, the step runs uncompiled)
+        torch._dynamo.reset()
         eng = StaticEngine(m, max_len=max_len, **kw)
         eng.generate_with_stats(ids, 8)  # compile, capture, warm up
         return eng
@@ -176,6 +179,7 @@ def serve_batch_compare(label: str, cfg_kw: dict, batches=(8, 64), new_tokens: i
     how = "CUDA graph + torch.compile" if compile else "CUDA graph of the eager step (no torch.compile)"
 
     def measure(tag):
+        torch._dynamo.reset()  # as in serve_compare: a fresh recompile budget per engine
         eng = StaticEngine(m, max_len=max_len, compile=compile)
         out = {}
         for B in batches:

@@ -23,15 +23,28 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
+import os
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import traceback
+from pathlib import Path
 from typing import Any
 
+from t4lib.benchmarks import bitlevel
+from t4lib.benchmarks import fused_adamw as adamw_bench
 from t4lib.benchmarks.serving import build_random_model
 from t4lib.models.shapes import QWEN25_05B, QWEN25_7B
+from t4lib.ops import gguf
 from t4lib.ops import w4a16 as ops
+from t4lib.ops.deltanet import gated_deltanet_decode
+from t4lib.ops.deltanet import reference as deltanet_ref
+from t4lib.ops.fused_adamw import fused_adamw_
 from t4lib.quant import quantize_model
 from t4lib.quant.w4a16 import quantize_rtn
 from t4lib.serving.engine import StaticEngine
@@ -171,64 +184,252 @@ MMA_SHAPES = [(5120, 17408), (17408, 5120), (1536, 8960), (8960, 1536), (896, 48
 
 
 # ---------------------------------------------------------------- Nsight Compute (GPU)
-def parse_ncu_csv(text: str) -> dict[str, dict[str, float]]:
-    """{kernel name: {counter: summed value}} from ``ncu --csv --metrics ...`` output (one row per kernel and
-    metric); the HMMA instruction count becomes ``tensor_flops`` (m16n8k8: 2048 FLOPs each)."""
+# Metric names valid on sm_75 .. sm_90 (Turing to Hopper). The tensor-pipe metric is the one name that varies:
+# the first candidate the device's ncu lists is used (``--query-metrics``), the first one when the query fails.
+NCU_TENSOR_CANDIDATES = ("sm__inst_executed_pipe_tensor_op_hmma.sum", "sm__inst_executed_pipe_tensor.sum",
+                         "smsp__inst_executed_pipe_tensor_op_hmma.sum")
+NCU_TIMEOUT_S = 240          # the whole ncu run; ``$T4MODEL_NCU_TIMEOUT_S`` overrides
+NCU_LAUNCH_COUNT = 400       # at most this many kernels profiled (a replay costs tens of ms each)
+# ncu's options and why: counts do not depend on the clock (--clock-control none leaves it alone); only what the
+# child brackets with cudaProfilerStart/Stop is profiled (--profile-from-start off), so building models, quantizing
+# and torch.compile run unprofiled; raw units (--print-units base: bytes, not auto-scaled Kbyte/Mbyte); kernels
+# inside a replayed CUDA graph profiled node by node (--graph-profiling node); child processes followed.
+NCU_OPTIONS = ("--csv", "--print-units", "base", "--clock-control", "none", "--profile-from-start", "off",
+               "--target-processes", "all", "--graph-profiling", "node", "--launch-count", str(NCU_LAUNCH_COUNT))
+MARKER_KERNEL = "spin_kernel"   # torch.cuda._sleep's kernel: the child launches one before each section
+_UNIT_SCALE = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def _metric_value(value: str, unit: str) -> float:
+    """A metric value as a number in base units (``12.5`` with unit ``Mbyte`` -> 12.5e6)."""
+    v = float(str(value).replace(",", ""))
+    u = (unit or "").strip()
+    if u[:1] in ("K", "M", "G", "T") and len(u) > 1 and u[1:2].islower():
+        v *= _UNIT_SCALE[u[0]]
+    return v
+
+
+def parse_ncu_csv(text: str, metrics: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Kernel launches, in ncu's order, from ``ncu --csv --metrics ...`` output (one row per launch and metric):
+    ``[{"id", "kernel", "stream", "block", "grid", <counter>: value, ...}]``. ``metrics`` maps ncu metric names to
+    counter names (default :data:`NCU_METRICS`); every one must have a number for every launch, else ValueError
+    naming the metric and the kernel (a name this GPU's ncu does not know shows as a missing or ``n/a`` value).
+    Values are read in base units whatever ncu printed (``Mbyte`` scaled to bytes). The HMMA instruction count
+    becomes ``tensor_flops`` at 2,048 FLOPs each (``mma.sync.m16n8k8``, what the compute_75 kernels issue; a
+    native Hopper cuBLAS kernel's larger MMAs are undercounted), and is kept as ``tensor_hmma_instructions``."""
+    metrics = NCU_METRICS if metrics is None else metrics
     start = text.find('"ID"')
     if start < 0:
-        raise ValueError("no ncu CSV table in the output")
-    out: dict[str, dict[str, float]] = {}
+        raise ValueError("no ncu CSV table in the output (no header row starting with \"ID\")")
+    launches: dict[str, dict[str, Any]] = {}
     for row in csv.DictReader(io.StringIO(text[start:])):
-        name, metric, value = row.get("Kernel Name"), row.get("Metric Name"), row.get("Metric Value")
-        if metric not in NCU_METRICS or name is None:
+        rid, name, metric = row.get("ID"), row.get("Kernel Name"), row.get("Metric Name")
+        if rid is None or name is None or not str(rid).strip().isdigit():
+            continue   # a repeated header or a line ncu printed inside the table
+        d = launches.setdefault(rid, {"id": int(rid), "kernel": name, "stream": row.get("Stream"),
+                                      "block": row.get("Block Size"), "grid": row.get("Grid Size")})
+        if metric not in metrics:
             continue
-        v = float(str(value).replace(",", ""))
-        d = out.setdefault(name, {"launches": 0})
-        key = NCU_METRICS[metric]
-        if key == "tensor_hmma_instructions":
-            key, v = "tensor_flops", v * FLOPS_PER_HMMA_1688
-        d[key] = d.get(key, 0) + v
-        if metric == "smsp__inst_executed.sum":
-            d["launches"] += 1
-    for d in out.values():
+        raw = str(row.get("Metric Value", "")).strip()
+        try:
+            v = _metric_value(raw, row.get("Metric Unit", ""))
+        except ValueError:
+            raise ValueError(f"metric {metric!r} of kernel {name!r} (ncu ID {rid}) has no number: {raw!r}") from None
+        d[metrics[metric]] = d.get(metrics[metric], 0) + v
+    out = []
+    for d in sorted(launches.values(), key=lambda d: d["id"]):
+        missing = [m for m, key in metrics.items() if key not in d]
+        if missing:
+            raise ValueError(f"ncu output lacks metric(s) {missing} for kernel {d['kernel']!r} (ncu ID {d['id']}): "
+                             f"not collected on this GPU, or a name its ncu does not know")
+        if "tensor_hmma_instructions" in d:
+            d["tensor_flops"] = d["tensor_hmma_instructions"] * FLOPS_PER_HMMA_1688
         d.setdefault("tensor_flops", 0)
-        d.setdefault("graph_nodes", 0)
+        d["launches"], d["graph_nodes"] = 1, 0
+        out.append(d)
     return out
 
 
-def _run_kernels_once() -> None:
-    """The kernels ncu profiles: each family once at one shape (called in the profiled child process)."""
+def group_sections(launches: list[dict[str, Any]], sections: list[dict[str, Any]]) -> dict[str, Any]:
+    """The parsed launches split at the marker kernels into the child's sections (``[{"name", "graph"}]``, in the
+    order run): ``{name: {"kernels": [...], "total": {field: sum}}}``, markers dropped. A section run as a CUDA
+    graph replay counts its kernels as graph nodes. ValueError when the markers and the sections disagree."""
+    marks = [i for i, d in enumerate(launches) if MARKER_KERNEL in d["kernel"]]
+    if len(marks) != len(sections):
+        raise ValueError(f"{len(marks)} marker kernels ({MARKER_KERNEL}) in the ncu output for {len(sections)} "
+                         f"sections run: cannot tell which kernel belongs to which section")
+    out: dict[str, Any] = {}
+    for k, (i, sec) in enumerate(zip(marks, sections)):
+        ks = [dict(d) for d in launches[i + 1: marks[k + 1] if k + 1 < len(marks) else len(launches)]]
+        if sec.get("graph"):
+            for d in ks:
+                d["launches"], d["graph_nodes"] = 0, 1
+        out[sec["name"]] = {"kernels": ks, "total": {f: sum(d.get(f, 0) for d in ks) for f in FIELDS},
+                            **{k2: v for k2, v in sec.items() if k2 not in ("name",)}}
+    return out
+
+
+def _sections() -> list[tuple[str, bool, Any]]:
+    """(name, run as a graph replay, setup) of what the child profiles: ``setup()`` builds the inputs (not
+    profiled) and returns the call to profile. Every kernel family once at one shape, then one decode step of
+    the serving engine at each serving shape (2 layers of the shape's widths: per-layer kernels repeat)."""
+    import torch  # the child process that ncu profiles (a GPU); importing this module needs no torch
+
+    dev = "cuda"
+    out = []
+    for (K, N) in ((896, 4864), (3584, 18944)):
+        def setup(K=K, N=N, M=1, fp16=False):
+            w = torch.randn(N, K, dtype=torch.float16, device=dev)
+            x = torch.randn(M, K, dtype=torch.float16, device=dev)
+            if fp16:
+                return lambda: torch.matmul(x, w.t())
+            q = quantize_rtn(w, GROUP)
+            return lambda: ops.matmul(x, q)
+        out += [(f"w4a16_gemv/{K}x{N}/m1", False, setup),
+                (f"w4a16_mma/{K}x{N}/m16", False, lambda s=setup: s(M=16)),
+                (f"cublas_fp16_gemv/{K}x{N}/m1", False, lambda s=setup: s(fp16=True)),
+                (f"cublas_fp16/{K}x{N}/m16", False, lambda s=setup: s(M=16, fp16=True))]
+    n = 1 << 24
+    for fam, variant in (("int4", "cuda"), ("int3", "cuda_staged"), ("fp8", "cuda")):
+        def setup(fam=fam, variant=variant):
+            fn, make = bitlevel._dequant_cases(n)[fam][0][variant]
+            args = make()
+            return lambda: fn(*args)
+        out.append((f"{fam}_dequant/{n >> 20}M", False, setup))
+
+    def gguf_setup(fmt="Q4_K", N=4864, K=896):
+        t = gguf.type_id(fmt)
+        raw = gguf.reference.random_blocks(t, N * K // gguf.FORMATS[t][1], seed=7, scale=0.01).reshape(-1).to(dev)
+        x = torch.randn(1, K, device=dev, dtype=torch.float16)
+        return lambda: gguf.gguf_gemv(raw, t, x, N, K, backend="cuda")
+    out.append(("gguf_gemv/Q4_K/4864x896/m1", False, gguf_setup))
+
+    def deltanet_setup(B=1, H=48, HK=16):
+        L = deltanet_ref.random_layer(H, HK, seed=1, device=dev)
+        X = deltanet_ref.random_step(B, H, HK, seed=0, device=dev)
+        S = deltanet_ref.random_state(B, H, HK, seed=0, device=dev)
+        return lambda: gated_deltanet_decode(X["qkv"], X["z"], X["alpha"], X["beta"], S["conv_state"], S["state"],
+                                             L["conv_w"], L["ssm_a"], L["dt_bias"], L["ssm_norm"], num_k_heads=HK,
+                                             head_order="gguf", backend="cuda")
+    out.append(("deltanet_decode/b1_h48", False, deltanet_setup))
+
+    def adamw_setup(T=2048, N=896, K=896):
+        state, (dy, x) = adamw_bench._state(N, K), adamw_bench._inputs(T, N, K)
+        return lambda: fused_adamw_(dy, x, *state, step=1, backend="cuda", **adamw_bench.HP)
+    out.append(("fused_adamw/896x896/t2048", False, adamw_setup))
+
+    for name, cfg in SERVING_SHAPES.items():
+        def step_setup(cfg=cfg):
+            m = build_random_model({**cfg, "num_hidden_layers": 2})
+            quantize_model(m)
+            fuse_projections(m)
+            eng = StaticEngine(m, max_len=64)
+            ids = torch.randint(0, cfg["vocab_size"], (1, 8), device=dev)
+            r = eng.generate_with_stats(ids, 4)   # compile and capture the decode step (not profiled)
+            if eng.graph is None:
+                raise RuntimeError(f"no decode graph: {r.graph_error}")
+            return eng.graph.replay
+        out.append((f"decode_step/{name}/2_layers", True, step_setup))
+    return out
+
+
+def _run_kernels_once(sections_out: str | None = None) -> None:
+    """The child ncu profiles: each section's setup unprofiled, then (profiled) a marker kernel and the call
+    once, on the current stream, synchronized. A section that fails is recorded and the others run; the sections
+    run are written as JSON to ``sections_out`` (the parent splits ncu's output at the markers)."""
     import torch  # the child process that ncu profiles
 
-
     torch.manual_seed(0)
-    for (K, N) in ((896, 4864), (3584, 18944)):
-        w = torch.randn(N, K, dtype=torch.float16, device="cuda")
-        q = quantize_rtn(w, GROUP)
-        for M in (1, 16):
-            x = torch.randn(M, K, dtype=torch.float16, device="cuda")
-            ops.matmul(x, q)
-            torch.matmul(x, w.t())
-    torch.cuda.synchronize()
+    ran, errors = [], []
+    for name, graph, setup in _sections():
+        try:
+            fn = setup()
+            fn()                              # warm: build and load kernels, choose algorithms (unprofiled)
+            torch.cuda.synchronize()
+        except Exception as e:  # a section that cannot run here: recorded, the others still run
+            errors.append(f"{name}: {type(e).__name__}: {e}\n{traceback.format_exc(limit=2)}")
+            torch.cuda.synchronize()
+            continue
+        torch.cuda.profiler.start()
+        torch.cuda._sleep(1)                  # the marker: one spin_kernel before the section's kernels
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.profiler.stop()
+        ran.append({"name": name, "graph": graph})
+        del fn
+        torch.cuda.empty_cache()
+        print(f"t4model ncu section done: {name}", flush=True)
+    if sections_out:
+        Path(sections_out).write_text(json.dumps({"sections": ran, "errors": errors}))
 
 
-def measure_ncu(timeout_s: int = 540) -> tuple[dict[str, Any] | None, str | None]:
-    """(counters per kernel, None) measured by Nsight Compute, or (None, why not)."""
-    ncu = shutil.which("ncu")
+def ncu_path() -> str | None:
+    """``$NCU``, else ``ncu`` on PATH, else the CUDA toolkit's (``$CUDA_HOME/bin/ncu``, /usr/local/cuda/bin/ncu)."""
+    for cand in (os.environ.get("NCU"), shutil.which("ncu"),
+                 os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "ncu"), "/usr/local/cuda/bin/ncu"):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return cand
+    return None
+
+
+def ncu_metrics(ncu: str) -> dict[str, str]:
+    """:data:`NCU_METRICS` with the tensor-pipe metric this device's ncu lists (``ncu --query-metrics``)."""
+    base = {k: v for k, v in NCU_METRICS.items() if v != "tensor_hmma_instructions"}
+    try:
+        q = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True, timeout=60)
+        known = {line.split()[0] for line in q.stdout.splitlines() if line.strip()}
+    except (OSError, subprocess.SubprocessError):
+        known = set()
+    pick = next((m for m in NCU_TENSOR_CANDIDATES if m.split(".")[0] in known), NCU_TENSOR_CANDIDATES[0])
+    return {**base, pick: "tensor_hmma_instructions"}
+
+
+def measure_ncu(timeout_s: int | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """(counters per section, None) measured by Nsight Compute, or (None, why not); partial results on a
+    timeout come back with the reason. ``timeout_s``: the whole run (default ``$T4MODEL_NCU_TIMEOUT_S`` or
+    :data:`NCU_TIMEOUT_S`); the child is killed with its process group when it runs past it."""
+    if timeout_s is None:
+        timeout_s = int(os.environ.get("T4MODEL_NCU_TIMEOUT_S", NCU_TIMEOUT_S))
+    ncu = ncu_path()
     if ncu is None:
-        return None, "ncu not found on PATH"
-    cmd = [ncu, "--csv", "--metrics", ",".join(NCU_METRICS), sys.executable, "-m", "t4lib.benchmarks.t4model",
-           "--kernels-once"]
+        return None, "ncu not found ($NCU, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"
+    metrics = ncu_metrics(ncu)
+    with tempfile.TemporaryDirectory() as tmp:
+        log, secs = os.path.join(tmp, "ncu.csv"), os.path.join(tmp, "sections.json")
+        cmd = [ncu, *NCU_OPTIONS, "--metrics", ",".join(metrics), "--log-file", log, sys.executable, "-m",
+               "t4lib.benchmarks.t4model", "--kernels-once", secs]
+        why = None
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            child_out, _ = p.communicate(timeout=timeout_s)
+            if p.returncode != 0:
+                why = f"ncu exited {p.returncode}: {child_out[-1500:]}"
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)   # ncu and the profiled python child
+            child_out, _ = p.communicate()
+            why = f"ncu timed out after {timeout_s} s (sections finished before it are kept)"
+        text = open(log).read() if os.path.exists(log) else ""
+        if "ERR_NVGPUCTRPERM" in text + child_out:
+            return None, "ncu: no permission for GPU performance counters (ERR_NVGPUCTRPERM) on this machine"
+        ran = json.loads(open(secs).read()) if os.path.exists(secs) else None
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return None, f"ncu timed out after {timeout_s} s"
-    if p.returncode != 0:
-        return None, f"ncu exited {p.returncode}: {(p.stderr or p.stdout)[-2000:]}"
-    try:
-        return parse_ncu_csv(p.stdout), None
+        launches = parse_ncu_csv(text, metrics)
     except ValueError as e:
-        return None, f"ncu output not parsed: {e}"
+        return None, f"ncu output not parsed: {e}" + (f"; {why}" if why else "")
+    doc: dict[str, Any] = {"command": shlex.join(cmd[:-1] + ["SECTIONS.json"]), "metrics": metrics,
+                           "child_errors": (ran or {}).get("errors", [])}
+    if ran is None:   # killed before the child wrote its sections: the finished ones are whole markers
+        n = sum(1 for d in launches if MARKER_KERNEL in d["kernel"])
+        sections = [{"name": f"section_{i}", "graph": False} for i in range(n)]
+        why = (why or "") + "; the child's section list was not written: sections are numbered in run order"
+    else:
+        sections = ran["sections"][:sum(1 for d in launches if MARKER_KERNEL in d["kernel"])]
+    try:
+        doc["sections"] = group_sections(launches, sections)
+    except ValueError as e:
+        doc["launches"] = launches
+        why = f"{why}; {e}" if why else str(e)
+    return doc, why
 
 
 def decode_kernels_per_step(cfg: dict, steps: int = 16) -> float:
@@ -276,5 +477,6 @@ def measure() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if "--kernels-once" in sys.argv:
-        _run_kernels_once()
+    if "--kernels-once" in sys.argv:   # the child that measure_ncu runs under ncu
+        i = sys.argv.index("--kernels-once")
+        _run_kernels_once(sys.argv[i + 1] if len(sys.argv) > i + 1 else None)

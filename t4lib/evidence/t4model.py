@@ -454,6 +454,21 @@ def projections(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def ncu_predictions(ncu: dict[str, Any] | None) -> dict[str, Any]:
+    """T4 time of each section that Nsight Compute measured (its counters, kernel by kernel), at both clocks:
+    ``{section: {"<mhz>mhz": {"time_us", "binds", "words"}}}``; counters measured on another GPU (its L2, its JIT
+    of the compute_75 PTX), so an input to compare with the analytical sets, not a T4 measurement."""
+    out: dict[str, Any] = {}
+    for name, sec in ((ncu or {}).get("sections") or {}).items():
+        if not sec.get("kernels"):
+            continue
+        out[name] = {}
+        for mhz in CLOCKS_MHZ:
+            p = predict_sequence(sec["kernels"], mhz)
+            out[name][f"{mhz:.0f}mhz"] = {"time_us": p.time * 1e6, "binds": p.binds, "words": p.words()}
+    return out
+
+
 def run(out_dir) -> list[dict[str, Any]]:
     """``python -m t4lib bench t4model``: counters (analytical; ncu and kernels per step on a GPU), the check
     table against public T4 figures, and the projections. Writes ``t4model_check.json`` and
@@ -485,6 +500,7 @@ def run(out_dir) -> list[dict[str, Any]]:
                             for k, v in doc["analytical"]["steps"].items()},
             "ncu": doc["ncu"], "kernels_per_step": doc["kernels_per_step"]}
     results.write(out_dir / "t4model_projection.json", proj_figs, producer=__file__, counters=kept,
+                  ncu_t4_predictions=ncu_predictions(doc["ncu"]),
                   counters_device=results.environment()["device"], errors=errors,
                   counters_note="the analytical counters feed the projections; ncu counters and kernels per step, "
                                 "when present, were measured on counters_device (not a T4)")
