@@ -79,15 +79,29 @@ print(next((r.split(";")[0].strip() for r in requires("transformers") or [] if r
   [ -z "$req" ] || "$1" -m pip install -q "$req"
 }
 
+# The train extra's lower bounds as exact pins, from the installed t4lib's metadata (pyproject.toml, reinstalled by
+# install()): trl>=A -> trl==A, and so on for every package it bounds from below, transformers aside (the matrix
+# entry sets it). The floor entry of the matrix installs them, so CI proves the floors pyproject.toml declares.
+train_floor_pins() {
+  "$PY" -c '
+from importlib.metadata import requires
+from packaging.requirements import Requirement
+for q in map(Requirement, requires("t4lib")):
+    low = [s.version for s in q.specifier if s.operator == ">="]
+    if q.marker and q.marker.evaluate({"extra": "train"}) and low and q.name != "transformers":
+        print(f"{q.name}=={low[0]}")'
+}
+
 run_version_matrix() {
   local rc=0 v venv
   for v in $TRANSFORMERS_MATRIX; do
-    local deselect=()
-    [ "$v" = 5.0.0 ] && deselect=("${COUNTERLESS_CACHE_DESELECT[@]}")
+    local deselect=() floors=()
+    # the floor entry: transformers' floor with the train extra's floors; later entries keep the newest of the rest
+    [ "$v" = 5.0.0 ] && deselect=("${COUNTERLESS_CACHE_DESELECT[@]}") && floors=($(train_floor_pins))
     venv=$(mktemp -d)/venv
-    echo "== engines and trainers against transformers $v"
+    echo "== engines and trainers against transformers $v${floors[*]:+ with ${floors[*]}}"
     "$PY" -m venv "$venv" && see_outer_packages "$venv/bin/python" \
-      && "$venv/bin/python" -m pip install -q "transformers==$v" && matching_kernels "$venv/bin/python" \
+      && "$venv/bin/python" -m pip install -q "transformers==$v" "${floors[@]}" && matching_kernels "$venv/bin/python" \
       && "$venv/bin/python" -m pytest -q -p no:cacheprovider "${VERSION_TESTS[@]}" "${deselect[@]}" \
       || rc=1
     rm -rf "$(dirname "$venv")"

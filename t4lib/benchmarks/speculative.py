@@ -37,15 +37,18 @@ from tqdm.auto import tqdm
 from t4lib import models
 from t4lib.benchmarks.serving import build_random_model
 from t4lib.core import graphs, results
+from t4lib.decoding.tokens import eos_ids, vocab_size
 from t4lib.models import corpus, schema
 from t4lib.models.shapes import QWEN25_05B, QWEN25_7B
 from t4lib.serving import StaticEngine
 from t4lib.speculative.cache import RowStaticCache
 from t4lib.speculative.drafters import DraftModelDrafter, PromptLookupDrafter
 from t4lib.speculative.engine import SpeculativeEngine
+from t4lib.train.data import chat_prompt
+from t4lib.train.honesty import uses_chat
 
 SOURCE = "t4lib/benchmarks/speculative.py"
-EOS = 0
+EOS = 0   # the project's models' end of text (their generation config's); any model's: eos_of(model)
 QWEN_SHAPES = {  # Qwen2.5 configurations (random weights here)
     "qwen2.5-0.5b": QWEN25_05B,
     "qwen2.5-7b": QWEN25_7B,
@@ -67,27 +70,65 @@ PROMPT_FILES = {"copy": "copy_heldout.jsonl", "copy_long": "copy_long_heldout.js
 MIN_OPEN_COPY_TOKENS = 100
 
 
-def load_prompts(tok, kind: str = "copy", n: int = 40) -> list[list[int]]:
+def eos_of(model, tokenizer=None) -> list[int]:
+    """The ids that end a sequence of ``model``: its generation config's EOS list (Qwen2.5 Instruct:
+    ``[151645, 151643]``, ``<|im_end|>`` and ``<|endoftext|>``), else its config's ``eos_token_id``, else the
+    tokenizer's. ValueError when none names one (decoding would never stop at end of text), or an id lies
+    outside the model's vocabulary."""
+    for where, src in (("generation_config", getattr(model, "generation_config", None)),
+                       ("config", getattr(model, "config", None)), ("tokenizer", tokenizer)):
+        ids = getattr(src, "eos_token_id", None)
+        if ids is not None and ids != []:
+            return list(eos_ids(ids, vocab_size(model), f"{where}.eos_token_id"))
+    raise ValueError("the model names no end-of-sequence id (generation_config, config and tokenizer have no "
+                     "eos_token_id): set model.generation_config.eos_token_id")
+
+
+def reads_chat(tok) -> bool:
+    """Whether prompts go through ``tok``'s chat template: it has one and is not the project's own tokenizer
+    (the project's models keep the plain text they were trained on; :func:`t4lib.train.honesty.uses_chat`)."""
+    return uses_chat(tok, "plain")
+
+
+def prompt_text(tok, rec: dict, chat: bool | None = None) -> str:
+    """The prompt of a held-out record: ``question`` (a word problem) or ``instruction`` and ``input`` (a
+    copy/edit task), in ``tok``'s chat template (no system prompt of ours: the template's default) where
+    ``chat`` (None: :func:`reads_chat`), else the project's plain text."""
+    chat = reads_chat(tok) if chat is None else bool(chat)
+    if chat and not getattr(tok, "chat_template", None):
+        raise ValueError("chat=True but the tokenizer has no chat template")
+    if not chat:
+        return schema.math_prompt(rec["question"]) if "question" in rec else schema.copy_prompt(rec["instruction"],
+                                                                                                rec["input"])
+    content = rec["question"] if "question" in rec else f"{rec['instruction']}\n\n{rec['input']}"
+    return chat_prompt(tok, content, system=None)
+
+
+def load_prompts(tok, kind: str = "copy", n: int = 40, chat: bool | None = None) -> list[list[int]]:
     """Token ids of the first ``n`` held-out prompts of a kind: ``copy`` (data/copy_heldout.jsonl, short
     input-grounded edits), ``copy_long`` (data/copy_long_heldout.jsonl, input-grounded tasks whose outputs of
     100+ tokens mostly copy the input: fix a bug in a module, re-lay out records) or ``open``
-    (data/math_heldout.jsonl, word problems: the answer is written, not copied)."""
+    (data/math_heldout.jsonl, word problems: the answer is written, not copied). ``chat``: render them in the
+    tokenizer's chat template (None: where :func:`reads_chat`; see :func:`prompt_text`)."""
     if kind not in PROMPT_FILES:
         raise ValueError(f"kind must be one of {sorted(PROMPT_FILES)}, got {kind!r}")
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
+    if chat is not None and not isinstance(chat, bool):
+        raise TypeError(f"chat must be None, True or False, got {chat!r}")
+    chat = reads_chat(tok) if chat is None else chat
     recs = corpus.load_jsonl(PROMPT_FILES[kind])
     if kind == "open_copy":
         recs = [r for r in recs if len(tok(r["output"], add_special_tokens=False)["input_ids"]) >= MIN_OPEN_COPY_TOKENS]
     if kind.startswith("open_"):   # these files are ordered by task kind and structure: spread over them
         recs = recs[::max(1, len(recs) // n)]
     recs = recs[:n]
-    texts = [schema.math_prompt(r["question"]) if "question" in r else schema.copy_prompt(r["instruction"], r["input"])
-             for r in recs]
-    return [tok(t)["input_ids"] for t in texts]
+    if chat:   # the template writes its special tokens as text
+        return [tok(prompt_text(tok, r, True), add_special_tokens=False)["input_ids"] for r in recs]
+    return [tok(prompt_text(tok, r, False))["input_ids"] for r in recs]
 
 
-def greedy_references(model, prompts, max_new: int, eos: int | None = EOS, max_len: int = 512, engine=None):
+def greedy_references(model, prompts, max_new: int, eos: int | list[int] | None = EOS, max_len: int = 512, engine=None):
     """Plain greedy tokens of each prompt (``StaticEngine``, batch 1, up to EOS) and, per generated
     position, the gap between the target's two largest logits (for explaining fp16 mismatches).
     ``engine``: a ``StaticEngine`` of ``model`` to use (saves compiling another)."""
@@ -134,22 +175,24 @@ def time_b1(fn, prompts, warm_all: bool = False, per_prompt: list | None = None)
     return total, outs
 
 
-def hf_runner(model, prompts, max_new: int, **kw):
+def hf_runner(model, prompts, max_new: int, eos=EOS, **kw):
     """Hugging Face ``generate``, greedy, stopping at EOS (default dynamic cache: assisted and prompt-lookup
     generation refuse a static cache)."""
     dev = next(model.parameters()).device
+    # plain greedy against plain greedy: not the repetition penalty an Instruct model's generation config holds
+    kw.setdefault("repetition_penalty", 1.0)
 
     def run(i):
         ids = torch.tensor([prompts[i]], device=dev)
-        out = model.generate(ids, max_new_tokens=max_new, do_sample=False, eos_token_id=EOS,
+        out = model.generate(ids, max_new_tokens=max_new, do_sample=False, eos_token_id=eos,
                              pad_token_id=getattr(model.config, "pad_token_id", None) or 1, **kw)
         return out[0, ids.shape[1]:].tolist()
     return run
 
 
-def spec_runner(eng: SpeculativeEngine, prompts, max_new: int, stats: list):
+def spec_runner(eng: SpeculativeEngine, prompts, max_new: int, stats: list, eos=EOS):
     def run(i):
-        r = eng.generate_with_stats([prompts[i]], max_new, eos_token_id=EOS)
+        r = eng.generate_with_stats([prompts[i]], max_new, eos_token_id=eos)
         stats.append(r.stats)
         return r.new_tokens[0]
     return run
@@ -279,6 +322,9 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
 
     dtype = torch.float16 if device == "cuda" else torch.float32
     model, tok = models.load(target, dtype=dtype, device=device)
+    eos = eos_of(model, tok)   # the target's EOS list (its generation config's)
+    details["eos_token_id"] = eos
+    details["prompt_format"] = "chat template" if reads_chat(tok) else "plain"
     copy_p = load_prompts(tok, "copy" if prompt_set == "project" else "open_copy", n_prompts)
     open_p = load_prompts(tok, "open" if prompt_set == "project" else "open_math", n_prompts)
     max_len = max(len(p) for p in copy_p + open_p) + max_new + 8
@@ -287,7 +333,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     se = StaticEngine(model, max_len=max_len)   # the references and the plain-greedy baseline
     refs, gaps = {}, {}
     for kind, ps in (("copy", copy_p), ("open", open_p)):
-        refs[kind], gaps[kind] = greedy_references(model, ps, max_new, max_len=max_len, engine=se)
+        refs[kind], gaps[kind] = greedy_references(model, ps, max_new, eos=eos, max_len=max_len, engine=se)
     ntok = {k: sum(len(r) for r in v) for k, v in refs.items()}
     details["reference_tokens"] = ntok
 
@@ -319,7 +365,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
     hf_n = min(hf_prompts or (4 if quick else len(copy_p)), len(copy_p))
     for name, kw in (("hf_greedy", {}), ("hf_pld", dict(prompt_lookup_num_tokens=10))):
         try:
-            t_hf[name], outs = time_b1(hf_runner(model, copy_p[:hf_n], max_new, **kw), copy_p[:hf_n])
+            t_hf[name], outs = time_b1(hf_runner(model, copy_p[:hf_n], max_new, eos=eos, **kw), copy_p[:hf_n])
             n = sum(len(o) for o in outs)
             same = sum(o == r for o, r in zip(outs, refs["copy"]))
             fig(f"{name}/copy/b1/tokens_per_s", n / t_hf[name], "tokens/s", prompts=hf_n, identical=same,
@@ -331,12 +377,12 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
             log(f"{name} failed: {errors[name]}")
 
     # our prompt lookup, batch 1
-    pld = PromptLookupDrafter(max_ngram=3, min_ngram=1, eos_token_id=EOS)
+    pld = PromptLookupDrafter(max_ngram=3, min_ngram=1, eos_token_id=eos)
     eng = SpeculativeEngine(model, pld, max_len=max_len, max_batch_size=batch, ks=(1, 2, 4, 8))
     spec_b1 = {}
     for kind, ps in (("copy", copy_p), ("open", open_p)):
         st, per = [], []
-        t, outs = time_b1(spec_runner(eng, ps, max_new, st), ps, warm_all=True, per_prompt=per)
+        t, outs = time_b1(spec_runner(eng, ps, max_new, st, eos=eos), ps, warm_all=True, per_prompt=per)
         st = st[len(ps):]  # the warm-up pass
         ex = exactness(outs, refs[kind], gaps[kind])
         ms = merge_stats(st)
@@ -396,7 +442,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
             setattr(eng, a, v)
         st = []
         try:
-            t, outs = time_b1(spec_runner(eng, copy_p, max_new, st), copy_p, warm_all=True)
+            t, outs = time_b1(spec_runner(eng, copy_p, max_new, st, eos=eos), copy_p, warm_all=True)
         finally:
             for a, v in saved.items():
                 setattr(eng, a, v)
@@ -427,7 +473,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
             _sync(); t0 = time.perf_counter()
             se_b.generate_with_stats(ids, longest)
             _sync(); t1 = time.perf_counter()
-            r = eng.generate_with_stats([ps[i] for i in g], max_new, eos_token_id=EOS)
+            r = eng.generate_with_stats([ps[i] for i in g], max_new, eos_token_id=eos)
             _sync(); t2 = time.perf_counter()
             if gi >= len(groups):
                 t_sb += t1 - t0
@@ -467,7 +513,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         if draft is None:
             raise LookupError("skipped: no draft model sharing the target's vocabulary was given")
         dmodel, _ = models.load(draft, dtype=dtype, device=device)
-        dm = DraftModelDrafter(dmodel, max_len=max_len, eos_token_id=EOS)
+        dm = DraftModelDrafter(dmodel, max_len=max_len, eos_token_id=eos)
         if dm.vocab_size != model.config.vocab_size:
             raise ValueError(f"draft model {draft} has another vocabulary than {target}")
         # the prompt-lookup engine with the drafter swapped: its graphs do not depend on the drafter, and a
@@ -475,7 +521,7 @@ def run(out_dir: str | Path, n_prompts: int = 40, max_new: int = 64, batch: int 
         eng_d, pld_drafter = eng, eng.drafter
         eng_d.drafter = dm
         st = []
-        t, outs = time_b1(spec_runner(eng_d, copy_p, max_new, st), copy_p, warm_all=True)
+        t, outs = time_b1(spec_runner(eng_d, copy_p, max_new, st, eos=eos), copy_p, warm_all=True)
         eng_d.drafter = pld_drafter
         ms = merge_stats(st[len(copy_p):])
         ex = exactness(outs, refs["copy"], gaps["copy"])

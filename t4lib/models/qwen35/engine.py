@@ -16,7 +16,20 @@ stages run in turn, the hidden state handed over once per boundary per token.
 Batch size 1.
 
 ``generate(prompt, max_new_tokens)``: greedy by default; ``do_sample=True``
-samples with ``temperature``, ``top_k``, ``top_p`` and a seeded generator.
+samples with ``temperature``, ``top_k``, ``top_p`` and a seeded generator;
+``eos_token_id`` (an id or a list, as a generation config holds it) ends the
+sequence at the first of them, which is kept as the last token.
+
+Prefill (``prefill="batched"``, the default without ``mtp``): the prompt goes
+through the layers as rows of one forward, up to :attr:`Qwen35Engine.PREFILL_ROWS`
+rows a pass, so every weight is read once per GEMV group of rows instead of once
+per prompt token: attention writes the rows' keys and each row attends up to its
+own position, Gated DeltaNet projects all rows at once and steps its recurrence
+row by row, and the head reads only the last row (all rows with
+``return_logits``). The elementwise parts run as written (no compiled function
+sees a new row count). ``prefill="step"`` feeds the prompt one token per decode
+step, as ``mtp`` does (its NextN block needs every position's hidden state); the
+two agree within float rounding (the tests and notebook 07 check it).
 
 ``generate(..., mtp=gamma)`` (greedy, any number of stages) drafts ``gamma`` tokens per round with the file's NextN
 block (:mod:`.mtp`) and verifies them in one forward of ``gamma + 1`` rows: every matrix read once for all
@@ -40,6 +53,7 @@ import torch
 
 from t4lib.core import graphs
 from t4lib.decoding.sampling import scaled_logits
+from t4lib.decoding.tokens import eos_ids
 from t4lib.quant.gguf import GGUFFile
 from t4lib.ops.gguf import MAX_M as GEMV_MAX_M
 from t4lib.models.qwen35.model import (
@@ -61,6 +75,7 @@ class GenerateResult:
     cuda_graphs: bool = False
     info: dict = field(default_factory=dict)
     mtp: dict | None = None   # with generate(mtp=...): rounds, tokens_per_step, accepted histogram
+    stopped_at_eos: bool = False   # the last token is one of eos_token_id (else max_new_tokens were generated)
     @property
     def decode_tokens_per_s(self) -> float:
         """Tokens fed back per second after the prefill: (new tokens - 1) / decode time."""
@@ -363,7 +378,7 @@ class Qwen35Engine:
             out += chain[:k - 1].tolist()
         return out
 
-    def _generate_mtp(self, prompt: list[int], max_new_tokens: int, gamma: int) -> GenerateResult:
+    def _generate_mtp(self, prompt: list[int], max_new_tokens: int, gamma: int, eos=frozenset()) -> GenerateResult:
         R = gamma + 1
         rb = self._mtp_setup(R)
         drafter = MTPDrafter(self)
@@ -388,7 +403,7 @@ class Qwen35Engine:
         self._sync()
         t1 = time.perf_counter()
         tokens, p, hist = [first], L, [0] * R
-        while len(tokens) < max_new_tokens:
+        while len(tokens) < max_new_tokens and not eos.intersection(tokens[-R:]):
             drafts = drafter.propose([prompt + tokens], gamma)[0]
             rb["tok"].copy_(torch.tensor([tokens[-1]] + drafts))
             for ar, pos in zip(rb["ar"], rb["pos"]):
@@ -415,18 +430,62 @@ class Qwen35Engine:
             b["pos"].fill_(p)
         self._sync()
         t2 = time.perf_counter()
+        cut = next((i + 1 for i, t in enumerate(tokens[:max_new_tokens]) if t in eos), None)
+        tokens = tokens[:cut] if cut is not None else tokens
         rounds = sum(hist)
         stats = {"gamma": gamma, "rounds": rounds, "accepted_histogram": hist,
                  "tokens_per_step": (len(tokens) - 1) / rounds if rounds else float("nan"),
                  "acceptance_rate": sum(i * n for i, n in enumerate(hist)) / (gamma * rounds) if rounds else
                  float("nan")}
         return GenerateResult(tokens=tokens[:max_new_tokens], prefill_s=t1 - t0, decode_s=t2 - t1,
+                              stopped_at_eos=cut is not None,
                               cuda_graphs=self.graphs is not None and rb["graphs"] is not None, mtp=stats,
                               info={"graph_error": self.graph_error, "compiled": self.fns.compiled,
                                     "compile_error": self.compile_error, "stages": [str(d) for d, _ in self.stages],
                                     "max_len": self.max_len, "dtype": str(self.dtype)})
 
     # ------------------------------------------------------------------ generation
+
+    #: prompt rows per pass of the batched prefill (the attention scores of a pass are rows x heads x max_len)
+    PREFILL_ROWS = 256
+
+    def _prefill_rows(self, prompt: list[int], return_logits: bool) -> list[torch.Tensor]:
+        """The prompt through every stage as rows of one forward (:attr:`PREFILL_ROWS` at a time), leaving the
+        caches, states, position, logits and next token as ``len(prompt)`` decode steps leave them. Returns the
+        logits after each prompt token ([rows, vocab] fp32 per pass) with ``return_logits``, else []."""
+        m, eps, dtype = self.model, self.cfg.eps, self.dtype
+        mixers = self._deltanet_mixers()
+        snaps = [(x.snap_state, x.snap_conv) for x in mixers]
+        out = []
+        try:
+            for x in mixers:   # an MTP verify's snapshots: not kept (nor limiting the rows) here
+                x.snap_state = x.snap_conv = None
+            for c0 in range(0, len(prompt), self.PREFILL_ROWS):
+                ids = prompt[c0:c0 + self.PREFILL_ROWS]
+                h = None
+                for s, (dev, blocks) in enumerate(self.stages):
+                    pos = torch.arange(c0, c0 + len(ids), device=dev)
+                    h = m.embed(torch.tensor(ids, device=dev)) if s == 0 else h.to(dev)
+                    for b in blocks:
+                        h = b(h, pos, dtype, EAGER)
+                last = c0 + len(ids) == len(prompt)
+                if not (return_logits or last):
+                    continue
+                x = EAGER.norm(h if return_logits else h[-1:].clone(), m.output_norm, eps, dtype)
+                logits = m.head(x).float()
+                if return_logits:
+                    out.append(logits)
+                if last:
+                    self.logits.copy_(logits[-1:])
+                    self.next_tok.copy_(logits[-1:].argmax(-1))
+                    if self.hidden is not None:
+                        self.hidden.copy_(x[-1:])
+        finally:
+            for x, (st, cv) in zip(mixers, snaps):
+                x.snap_state, x.snap_conv = st, cv
+        for p in self.pos:
+            p.fill_(len(prompt))
+        return out
 
     def _check_prompt(self, prompt, max_new_tokens: int) -> list[int]:
         if isinstance(prompt, torch.Tensor):
@@ -453,11 +512,18 @@ class Qwen35Engine:
     @torch.no_grad()
     def generate(self, prompt, max_new_tokens: int, *, do_sample: bool = False, temperature: float = 1.0,
                  top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-                 return_logits: bool = False, mtp: int | None = None) -> GenerateResult:
-        """Prefill ``prompt`` (token ids) step by step, then decode ``max_new_tokens`` tokens. ``mtp``: draft
-        that many tokens per round with the NextN block and verify them (greedy; see the module
-        docstring); ``result.mtp`` holds the rounds, tokens per step and the accepted-count histogram."""
+                 return_logits: bool = False, mtp: int | None = None, eos_token_id=None,
+                 prefill: str = "batched") -> GenerateResult:
+        """Prefill ``prompt`` (token ids), then decode up to ``max_new_tokens`` tokens, ending early at the first
+        id of ``eos_token_id`` (an int or a list of ints; kept as the last token, ``result.stopped_at_eos``).
+        ``prefill``: ``"batched"`` (the prompt as rows of one forward; see the module docstring) or ``"step"``
+        (one token per decode step). ``mtp``: draft that many tokens per round with the NextN block and verify
+        them (greedy, step prefill; see the module docstring); ``result.mtp`` holds the rounds, tokens per step
+        and the accepted-count histogram."""
         prompt = self._check_prompt(prompt, max_new_tokens)
+        if prefill not in ("batched", "step"):
+            raise ValueError(f"prefill must be 'batched' or 'step', got {prefill!r}")
+        eos = set(eos_ids(eos_token_id, self.cfg.vocab))
         if mtp is not None:
             if isinstance(mtp, bool) or not isinstance(mtp, int) or not 1 <= mtp < GEMV_MAX_M:
                 raise ValueError(f"mtp must be an int in [1, {GEMV_MAX_M - 1}] (tokens drafted per round), "
@@ -470,7 +536,7 @@ class Qwen35Engine:
                                  "supported with mtp")
             if not self._ready:
                 self._prepare()
-            return self._generate_mtp(prompt, max_new_tokens, mtp)
+            return self._generate_mtp(prompt, max_new_tokens, mtp, eos)
         if do_sample:
             if not temperature > 0:
                 raise ValueError(f"temperature must be > 0 when sampling, got {temperature!r}")
@@ -486,13 +552,17 @@ class Qwen35Engine:
             self._prepare()
         self.reset()
         prompt_logits, logits, tokens = [], [], []
+        stopped = False
         self._sync()
         t0 = time.perf_counter()
-        for t in prompt:
-            self.tok.fill_(t)
-            self._step()
-            if return_logits:
-                prompt_logits.append(self.logits.clone())
+        if prefill == "batched":
+            prompt_logits = self._prefill_rows(prompt, return_logits)
+        else:
+            for t in prompt:
+                self.tok.fill_(t)
+                self._step()
+                if return_logits:
+                    prompt_logits.append(self.logits.clone())
         self._sync()
         t1 = time.perf_counter()
         for i in range(max_new_tokens):
@@ -500,6 +570,9 @@ class Qwen35Engine:
                 logits.append(self.logits.clone())
             nxt = sample(self.logits, temperature, top_k, top_p, gen) if do_sample else self.next_tok.clone()
             tokens.append(nxt)
+            if eos and int(nxt) in eos:   # a host read per token, only when asked to stop
+                stopped = True
+                break
             if i + 1 < max_new_tokens:
                 self.tok.copy_(nxt.to(self.tok.device))
                 self._step()
@@ -509,7 +582,7 @@ class Qwen35Engine:
             tokens=torch.cat(tokens).tolist(),
             prompt_logits=torch.cat(prompt_logits).cpu() if return_logits else None,
             logits=torch.cat(logits).cpu() if return_logits else None,
-            prefill_s=t1 - t0, decode_s=t2 - t1, cuda_graphs=self.graphs is not None,
+            prefill_s=t1 - t0, decode_s=t2 - t1, cuda_graphs=self.graphs is not None, stopped_at_eos=stopped,
             info={"graph_error": self.graph_error, "compiled": self.fns.compiled, "compile_error": self.compile_error, "stages": [str(d) for d, _ in self.stages],
                   "max_len": self.max_len, "dtype": str(self.dtype)})
 
