@@ -22,6 +22,7 @@ gguf = pytest.importorskip("gguf")
 
 from t4lib import models  # noqa: E402
 from t4lib.benchmarks import speculative as bench  # noqa: E402
+from t4lib.benchmarks import prompts  # noqa: E402
 from t4lib.models import corpus, schema  # noqa: E402
 from t4lib.models.qwen35 import Qwen35Engine, copy_model, oracle  # noqa: E402
 from t4lib.models.qwen35.convert import hf_to_gguf  # noqa: E402
@@ -192,7 +193,7 @@ def test_copy_model_stops_at_eos_with_and_without_drafts(copy_gguf):
     f = gt.open_checked(copy_gguf, "GGUF_PATH", architecture="qwen35")
     tok, eos = gt.read_tokenizer(f), gt.eos_ids(f)
     rec = corpus.load_jsonl("copy_heldout.jsonl")[0]
-    ids = tok(bench.prompt_text(tok, rec), add_special_tokens=False)["input_ids"]
+    ids = tok(prompts.prompt_text(tok, rec), add_special_tokens=False)["input_ids"]
     assert ids == load_tokenizer()(schema.copy_prompt(rec["instruction"], rec["input"]))["input_ids"]
     eng = Qwen35Engine.from_gguf(f, devices=["cpu"], max_len=len(ids) + 72, dtype=torch.float32)
     r = eng.generate(ids, 64, eos_token_id=eos)

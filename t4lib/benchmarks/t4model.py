@@ -33,12 +33,12 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from pathlib import Path
 from typing import Any
 
 from t4lib.benchmarks import bitlevel
 from t4lib.benchmarks import fused_adamw as adamw_bench
 from t4lib.benchmarks.serving import build_random_model
+from t4lib.core import results
 from t4lib.models.shapes import QWEN25_05B, QWEN25_7B
 from t4lib.ops import gguf
 from t4lib.ops import w4a16 as ops
@@ -360,7 +360,7 @@ def _run_kernels_once(sections_out: str | None = None) -> None:
         torch.cuda.empty_cache()
         print(f"t4model ncu section done: {name}", flush=True)
     if sections_out:
-        Path(sections_out).write_text(json.dumps({"sections": ran, "errors": errors}))
+        results.write_json(sections_out, {"sections": ran, "errors": errors})
 
 
 def ncu_path() -> str | None:
