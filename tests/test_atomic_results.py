@@ -194,7 +194,7 @@ def test_a_plot_that_fails_to_render_leaves_the_previous_one(tmp_path):
 NOT_RESULTS = {
     ("t4lib/models/tiny.py", "write_bytes("): "a checkpoint's tokenizer config, beside save_pretrained's files",
     ("t4lib/train/grpo.py", 'open(Path(logs) / f"grpo_{arm}_s{seed}.log", "w")'): "one run's log",
-    ("t4lib/train/grpo.py", 'open(Path(f).with_suffix(".log"), "w")'): "one sweep run's log",
+    ("t4lib/train/grpo.py", 'open(f.with_suffix(".log"), "w")'): "one sweep run's log",
     ("t4lib/core/notebook.py", 'open("torch-constraint.txt", "w")'): "pip's constraint file in Colab",
     ("t4lib/evidence/rehearse.py", 'open(log, "w")'): "one rehearsal run's papermill log",
     # whole files ("": any write in them)

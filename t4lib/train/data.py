@@ -67,8 +67,7 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
 
     ``records``: dicts with ``question``, ``trace``, ``answer`` (default: ``data/traces.jsonl``);
     other keys (``id``, ``structure``, ``n_steps``) are kept as columns. ``certify`` re-checks
-    each trace with :func:`schema.certify_trace` against its answer. An abstention record (a trap)
-    has ``trace`` and ``answer`` both ``<abstain>``: its completion is the lone tag. A pair whose tokens
+    each trace with :func:`schema.certify_trace` against its answer. A pair whose tokens
     (prompt + completion + EOS) exceed ``max_length`` is rejected (TRL would truncate it).
     """
     from datasets import Dataset  # optional: datasets (the train extra)
@@ -86,20 +85,17 @@ def traces_dataset(tokenizer, records: list[dict] | None = None, *, max_length: 
             missing = [k for k in ("question", "trace", "answer") if k not in r]
             if missing:
                 raise _Reject("missing_field", f"record has no {', '.join(missing)}")
-            abstains = r["answer"] == schema.ABSTAIN_TAG
-            if abstains != (r["trace"].strip() == schema.ABSTAIN_TAG):
-                raise _Reject("abstain_mismatch", "trace and answer must both be <abstain> or neither")
             try:
-                gold = None if abstains else schema.normalize_answer(r["answer"])
+                gold = schema.normalize_answer(r["answer"])
             except Unparseable as e:
                 raise _Reject("unparseable_gold", str(e)) from None
-            if certify and not abstains:
+            if certify:
                 try:
                     schema.certify_trace(r["trace"], gold)
                 except ValueError as e:
                     raise _Reject("not_certified", str(e)) from None
             prompt = chat_prompt(tokenizer, r["question"])
-            completion = completion_text(r["trace"].strip() if abstains else r["trace"])
+            completion = completion_text(r["trace"])
             n_tok = len(tokenizer(prompt + completion, add_special_tokens=False)["input_ids"]) + 1
             if n_tok > max_length:
                 raise _Reject("too_long", f"{n_tok} tokens > max_length={max_length}")

@@ -390,7 +390,6 @@ def make_trainer_class():
                 m["timing/rollout_tokens_per_s"].append(self._t["rollout_tokens"] / self._t["rollout"])
             if dev.type == "cuda":
                 m["memory/peak_bytes"].append(torch.cuda.max_memory_allocated(dev))
-                m["memory/reserved_bytes"].append(torch.cuda.memory_reserved(dev))
             return loss
 
     return EngineGRPOTrainer
@@ -635,30 +634,6 @@ def wait_all(procs: list) -> tuple[list[dict], list[str]]:
     return recs, errors
 
 
-def run_bounded(jobs: list, max_parallel: int, poll_s: float = 0.5) -> tuple[list[dict], list[str]]:
-    """Run ``(record path, command, env)`` jobs, at most ``max_parallel`` at a time (the next starts when one
-    ends), each logging to its record path with ``.log``; returns :func:`wait_all`'s records and failures, in
-    the jobs' order."""
-    _positive_int("max_parallel", max_parallel)
-    pending, running, done = list(jobs), [], {}
-    while pending or running:
-        while pending and len(running) < max_parallel:
-            f, cmd, env = pending.pop(0)
-            log = open(Path(f).with_suffix(".log"), "w")
-            running.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env), log))
-        still = []
-        for f, proc, log in running:
-            if proc.poll() is None:
-                still.append((f, proc, log))
-            else:
-                log.close()
-                done[f] = proc
-        if len(still) == len(running):
-            time.sleep(poll_s)
-        running = still
-    return wait_all([(f, done[f]) for f, _, _ in jobs])
-
-
 class NothingSucceeded(RuntimeError):
     """Every run of a command failed: nothing was written."""
 
@@ -844,31 +819,17 @@ def trace_calibration_ids(tokenizer, n_docs: int = 64, seq_len: int = 64) -> tor
     return torch.tensor(stream[:B * seq_len]).view(B, seq_len)
 
 
-def check_abstain_share(share) -> float:
-    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share < 0.5:
-        raise ValueError(f"abstain_share must be a number in [0, 0.5), got {share!r}")
-    return float(share)
-
-
 def make_sft_start(model_id: str, save_to: str, *, epochs: float = SFT_START["epochs"], max_steps: int = -1,
-                   n_traces: int | None = None, device: str | None = None, seed: int = 0,
-                   abstain_share: float = 0.0) -> dict:
+                   n_traces: int | None = None, device: str | None = None, seed: int = 0) -> dict:
     """Cold-start SFT of ``model_id`` on certified traces without a trap (:data:`SFT_START`), saved to ``save_to``
     (fp16 safetensors, tokenizer) with the generation config's EOS list ``[<|im_end|>, <|endoftext|>]`` (the chat
-    turn's end first, as Qwen's Instruct models list theirs). ``abstain_share`` > 0 makes that share of the SFT
-    records abstentions on training-split traps (:func:`honesty.sft_abstain_records`): a start that still answers
-    nearly every trap, but not with probability one. Returns the SFT record."""
+    turn's end first, as Qwen's Instruct models list theirs). Returns the SFT record."""
     from transformers import AutoTokenizer, GenerationConfig  # optional: transformers (the train extra)
 
-    share = check_abstain_share(abstain_share)
     s = sft.SFTSettings(method=SFT_START["method"], epochs=epochs, max_steps=max_steps,
                         batch_size=SFT_START["batch_size"], lr=SFT_START["lr"], seed=seed, logging_steps=5)
     recs = data.load_traces(SFT_START["traces"])
     recs = recs[:n_traces] if n_traces else recs
-    n_abstain = round(share / (1 - share) * len(recs))
-    if n_abstain:
-        recs = recs + honesty.sft_abstain_records(n_abstain)
-        random.Random(seed).shuffle(recs)
     rec = sft.run(model_id, base="fp32", settings=s, device=device, output_dir=f"/tmp/t4lib_sft_start_{os.getpid()}",
                   eval_sets=(), train_records=recs, save_to=save_to, progress=False)
     gc = GenerationConfig.from_pretrained(save_to)
@@ -877,8 +838,7 @@ def make_sft_start(model_id: str, save_to: str, *, epochs: float = SFT_START["ep
     gc.eos_token_id = list(dict.fromkeys(eos))
     gc.save_pretrained(save_to)
     rec.pop("after", None)
-    rec.update(traces=SFT_START["traces"], n_traces=len(recs) - n_abstain, n_abstentions=n_abstain,
-               abstain_share=share, saved_to=str(save_to))
+    rec.update(traces=SFT_START["traces"], n_traces=len(recs), saved_to=str(save_to))
     return rec
 
 
@@ -928,14 +888,11 @@ def run_honesty_arm(start: str, arm: str, seed: int = 0, max_steps: int = 100, *
                     learning_rate: float = 1e-5, temperature: float = 1.0, beta: float = 0.0,
                     trap_fraction: float = 0.5, rewards: dict | None = None, n_traps: int | None = None,
                     n_answerable: int | None = None, device: str | None = None, save_to: str | None = None,
-                    stop_at: float | None = None, engine_kwargs: dict | None = None, calib_docs: int = 64,
-                    memory_fraction: float | None = None) -> dict:
+                    stop_at: float | None = None, engine_kwargs: dict | None = None, calib_docs: int = 64) -> dict:
     """One GRPO run of ``arm`` from the checkpoint ``start`` on honesty RL prompts (:func:`honesty.rl_dataset`,
     tag format in the chat template), evaluated greedily on ``split`` after training; the policy saved to
     ``save_to``. Returns config, curves (TRL's log history: reward, ``frac_reward_zero_std``, ``honesty/*``,
-    ``sampling/*``, ``timing/*``, ``memory/peak_bytes``, ``memory/reserved_bytes``), the evaluation and the steps
-    taken. ``memory_fraction``: cap this process's CUDA caching allocator at that share of the device (runs
-    beside others)."""
+    ``sampling/*``, ``timing/*``, ``memory/peak_bytes``), the evaluation and the steps taken."""
     from transformers import set_seed  # optional: transformers (the train extra)
     from trl import GRPOConfig  # optional: trl (the train extra)
 
@@ -943,11 +900,7 @@ def run_honesty_arm(start: str, arm: str, seed: int = 0, max_steps: int = 100, *
                        num_generations=num_generations, max_completion_length=max_completion_length,
                        learning_rate=learning_rate, temperature=temperature, beta=beta,
                        trap_fraction=trap_fraction, split=split, rewards=rewards, start=start)
-    if memory_fraction is not None and not (isinstance(memory_fraction, float) and 0 < memory_fraction <= 1):
-        raise ValueError(f"memory_fraction must be a float in (0, 1], got {memory_fraction!r}")
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if memory_fraction is not None and device == "cuda":
-        torch.cuda.set_per_process_memory_fraction(memory_fraction)
     set_seed(seed)
     model, tok = models.load(start, dtype=torch.float32, device=device)
     stops = stop_ids(model, tok)
@@ -999,8 +952,6 @@ def run_honesty_arm(start: str, arm: str, seed: int = 0, max_steps: int = 100, *
            "after": after}
     if device == "cuda":
         rec["gpu_peak_mem_bytes"] = torch.cuda.max_memory_allocated()
-        rec["gpu_peak_reserved_bytes"] = torch.cuda.max_memory_reserved()
-        rec["memory_fraction"] = memory_fraction
     if save_to:
         m = trainer.accelerator.unwrap_model(trainer.model)
         m.to(torch.float16).save_pretrained(save_to)
@@ -1101,64 +1052,32 @@ _ARM_OPTIONS = {"max_steps": "--max_steps", "prompts_per_step": "--prompts-per-s
                 "trap_fraction": "--trap-fraction", "split": "--split"}
 
 
-def arm_job(f: Path, start, arm: str, seed: int, save_to: Path, stop_at: float, rewards: dict | None,
-            n_traps: int | None, n_answerable: int | None, max_parallel: int | None, arm_kw: dict) -> tuple:
-    """The ``(record path, command, env)`` of one ``honesty-arm`` process of a sweep. With ``max_parallel``, each
-    process's CUDA caching allocator is capped at its share of the device (it frees its cache before it grows
-    past it), so that many processes fit beside each other."""
-    cmd = [sys.executable, "-m", "t4lib.train.grpo", "honesty-arm", "--start", str(start), "--arm", arm,
-           "--seed", str(seed), "--out", str(f), "--save-to", str(save_to), "--stop-at", str(stop_at)]
-    for k, v in arm_kw.items():
-        cmd += [_ARM_OPTIONS[k], str(v)]
-    for k, v in (rewards or {}).items():
-        cmd += ["--reward", f"{k}={v}"]
-    if n_traps:
-        cmd += ["--n-traps", str(n_traps)]
-    if n_answerable:
-        cmd += ["--n-answerable", str(n_answerable)]
-    if max_parallel:
-        cmd += ["--memory-fraction", f"{0.92 / max_parallel:.4f}"]
-    return f, cmd, {**os.environ, "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
-
-
-def _sweep_setup(out, model_id, save_dir, logs, max_parallel) -> tuple[str, Path]:
-    """The checks and folders a sweep or a selection needs before any work: ``(device, save_dir)``."""
-    if max_parallel is not None:
-        _positive_int("max_parallel", max_parallel)
-    results.check_writable(out, "--out")
-    save_dir = Path(save_dir or Path(out).parent / "models" / f"grpo_{Path(str(model_id)).name}")
-    save_dir.mkdir(parents=True, exist_ok=True)
-    Path(logs).mkdir(parents=True, exist_ok=True)
-    return ("cuda" if torch.cuda.is_available() else "cpu"), save_dir
-
-
 def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), seeds=(0, 1, 2), start: str | None = None,
                   save_dir: str | None = None, logs: str = "/tmp/t4lib_grpo_honesty_logs", budget_s: float = 540.0,
                   reserve_s: float = 75.0, sft_epochs: float = SFT_START["epochs"], sft_max_steps: int = -1,
                   n_traps: int | None = None, n_answerable: int | None = None, drift: bool = True,
-                  rewards: dict | None = None, sft_abstain_share: float = 0.0, max_parallel: int | None = None,
-                  recipe: dict | None = None, **arm_kw) -> dict:
+                  rewards: dict | None = None, **arm_kw) -> dict:
     """The whole honesty experiment in one call: the cold-start SFT start (or ``start``, a saved one), its
     evaluation on ``split``, every arm x seed as parallel GRPO processes on one device
     (:func:`run_honesty_arm`, each saving its policy under ``save_dir``), the drift table, and ``out`` (results
     figures, summary, runs with their curves). ``budget_s``: the wall-clock budget of the whole call; the runs
     stop early (and say so) if training would leave less than ``reserve_s`` for their evaluations, the drift table
-    and the write. ``max_parallel``: at most that many runs at a time (default: all). ``sft_abstain_share``: see
-    :func:`make_sft_start`. ``recipe``: what :func:`honesty_select` chose on validation (kept in the record; the
-    caller passes its settings). ``arm_kw``: :data:`_ARM_OPTIONS`."""
+    and the write. ``arm_kw``: :data:`_ARM_OPTIONS`."""
     t_start = time.time()
     split = arm_kw.get("split", "validation")
     check_honesty_args(arms=list(arms), seeds=list(seeds), rewards=rewards, start=start,
                        **{k: v for k, v in arm_kw.items() if k in _ARM_OPTIONS})
-    check_abstain_share(sft_abstain_share)
-    device, save_dir = _sweep_setup(out, model_id, save_dir, logs, max_parallel)
+    results.check_writable(out, "--out")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    save_dir = Path(save_dir or Path(out).parent / "models" / f"grpo_{Path(str(model_id)).name}")
+    save_dir.mkdir(parents=True, exist_ok=True)
+    Path(logs).mkdir(parents=True, exist_ok=True)
     timing = {}
     sft_rec = None
     if start is None:
         start = str(save_dir / "sft_start")
         t0 = time.time()
-        sft_rec = make_sft_start(model_id, start, epochs=sft_epochs, max_steps=sft_max_steps, device=device,
-                                 abstain_share=sft_abstain_share)
+        sft_rec = make_sft_start(model_id, start, epochs=sft_epochs, max_steps=sft_max_steps, device=device)
         timing["sft_s"] = time.time() - t0
         print(f"SFT start: {sft_rec.get('train_seconds', 0):.1f}s training, saved to {start}", flush=True)
     t0 = time.time()
@@ -1171,14 +1090,29 @@ def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), se
     print("SFT start on", split, json.dumps({k: start_eval[k]["rate"] for k in
                                              ("abstention", "false_abstention", "answerable_accuracy")}), flush=True)
     stop_at = t_start + budget_s - reserve_s
-    jobs = [arm_job(Path(logs) / f"honesty_{arm}_s{seed}.json", start, arm, seed, save_dir / f"{arm}_s{seed}",
-                    stop_at, rewards, n_traps, n_answerable, max_parallel, arm_kw)
-            for arm in arms for seed in seeds]
+    procs = []
+    for arm in arms:
+        for seed in seeds:
+            f = Path(logs) / f"honesty_{arm}_s{seed}.json"
+            cmd = [sys.executable, "-m", "t4lib.train.grpo", "honesty-arm", "--start", str(start), "--arm", arm,
+                   "--seed", str(seed), "--out", str(f), "--save-to", str(save_dir / f"{arm}_s{seed}"),
+                   "--stop-at", str(stop_at)]
+            for k, v in arm_kw.items():
+                cmd += [_ARM_OPTIONS[k], str(v)]
+            for k, v in (rewards or {}).items():
+                cmd += ["--reward", f"{k}={v}"]
+            if n_traps:
+                cmd += ["--n-traps", str(n_traps)]
+            if n_answerable:
+                cmd += ["--n-answerable", str(n_answerable)]
+            log = open(f.with_suffix(".log"), "w")
+            procs.append((f, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                              env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                   "TRL_EXPERIMENTAL_SILENCE": "1"})))
     t0 = time.time()
-    runs, errors = run_bounded(jobs, max_parallel or len(jobs))
+    runs, errors = wait_all(procs)
     timing["runs_s"] = time.time() - t0
-    print(f"runs: {len(runs)}/{len(jobs)} in {timing['runs_s']:.1f}s, at most {max_parallel or len(jobs)} at a time",
-          flush=True)
+    print(f"runs: {len(runs)}/{len(procs)} in {timing['runs_s']:.1f}s", flush=True)
     drift_rec = None
     if drift:
         t0 = time.time()
@@ -1200,143 +1134,16 @@ def honesty_sweep(out: str, *, model_id: str = SWEEP_MODEL, arms=tuple(ARMS), se
     results.write(out, figs, producer=__file__, model=model_id, split=split, start=str(start), sft_start=sft_rec,
                   start_eval=start_eval, summary=summ, drift=drift_rec, curves_file=curves_path.name,
                   runs=[{k: v for k, v in r.items() if k != "curves"} for r in runs], timing=timing,
-                  settings=dict(arms=list(arms), seeds=list(seeds), rewards=check_reward_table(rewards),
-                                sft_abstain_share=sft_abstain_share, max_parallel=max_parallel, **arm_kw),
-                  recipe=recipe, errors=errors)
+                  settings=dict(arms=list(arms), seeds=list(seeds), rewards=check_reward_table(rewards), **arm_kw),
+                  errors=errors)
     print(f"wrote {out} and {curves_path} ({timing['total_s']:.0f}s in all)", flush=True)
     return summ
-
-
-#: the recipes :func:`honesty_select` compares on validation (one seed of ``cp_hybrid`` each): the start's share
-#: of abstentions in SFT (0: none, the issue's setting; a few: a start that can sample the tag at all), the KL
-#: weight to the start, and the false-abstention penalty; the rest of the reward table and the trap fraction
-#: (0.5: each trap beside its twin) stay fixed
-RECIPE_GRID = [dict(sft_abstain_share=share, beta=beta, rewards={"false_abstain": fa})
-               for share in (0.0, 0.05) for beta in (0.0, 0.04) for fa in (-0.5, -1.0)]
-
-
-def recipe_name(recipe: dict) -> str:
-    fa = (recipe.get("rewards") or {}).get("false_abstain", R.REWARDS["false_abstain"])
-    return f"share{recipe.get('sft_abstain_share', 0.0):g}_beta{recipe.get('beta', 0.0):g}_fa{fa:g}"
-
-
-def recipe_score(after: dict, start_eval: dict) -> float | None:
-    """How :func:`honesty_select` ranks a run on validation, fixed before any run: trap abstention, minus twice
-    the false abstention, minus twice the loss of answerable accuracy below the start's; None for a degenerate
-    policy (it never counts)."""
-    if after.get("degenerate"):
-        return None
-    drop = max(0.0, start_eval["answerable_accuracy"]["rate"] - after["answerable_accuracy"]["rate"])
-    return after["abstention"]["rate"] - 2 * after["false_abstention"]["rate"] - 2 * drop
-
-
-def honesty_select(out: str, *, model_id: str = SWEEP_MODEL, grid: list | None = None, arm: str = "cp_hybrid",
-                   seed: int = 0, save_dir: str | None = None, logs: str = "/tmp/t4lib_grpo_select_logs",
-                   budget_s: float = 540.0, reserve_s: float = 60.0, max_parallel: int | None = None,
-                   sft_epochs: float = SFT_START["epochs"], n_traps: int | None = None,
-                   n_answerable: int | None = None, **arm_kw) -> dict:
-    """Choose the recipe on validation: one SFT start per abstention share of ``grid`` (:data:`RECIPE_GRID`,
-    made in parallel processes and evaluated on validation), one GRPO run of ``arm`` per recipe (parallel, at
-    most ``max_parallel`` at a time), each ranked by :func:`recipe_score`; writes ``out`` (a score figure per
-    recipe, every run's validation outcome, the start evaluations, the choice) and returns the choice
-    ``{recipe, name, score, start, sft_start, selection_file}``. The test split is never read. ``n_traps`` /
-    ``n_answerable``: evaluate on the first N only (quick looks, never a choice that counts)."""
-    t_start = time.time()
-    grid = list(grid or RECIPE_GRID)
-    arm_kw = {**arm_kw, "split": "validation"}
-    if not grid:
-        raise ValueError("grid must name at least one recipe")
-    for rc in grid:
-        check_abstain_share(rc.get("sft_abstain_share", 0.0))
-        check_honesty_args(arms=[arm], seeds=[seed], beta=rc.get("beta", 0.0), rewards=rc.get("rewards"),
-                           **{k: v for k, v in arm_kw.items() if k in _ARM_OPTIONS and k != "beta"})
-    device, save_dir = _sweep_setup(out, model_id, save_dir, logs, max_parallel)
-    timing = {}
-    shares = sorted({float(rc.get("sft_abstain_share", 0.0)) for rc in grid})
-    starts = {sh: save_dir / f"sft_start_share{sh:g}" for sh in shares}
-    env = {**os.environ, "OMP_NUM_THREADS": "2"}
-    sft_jobs = [(Path(logs) / f"sft_start_share{sh:g}.json",
-                 [sys.executable, "-m", "t4lib.train.grpo", "sft-start", "--model", str(model_id), "--abstain-share",
-                  str(sh), "--epochs", str(sft_epochs), "--save-to", str(starts[sh]),
-                  "--out", str(Path(logs) / f"sft_start_share{sh:g}.json")], env) for sh in shares]
-    t0 = time.time()
-    sft_recs, errors = run_bounded(sft_jobs, len(sft_jobs))
-    timing["sft_s"] = time.time() - t0
-    sft_by = {float(r["abstain_share"]): r for r in sft_recs}
-    start_evals = {}
-    for sh in sft_by:
-        m, tok = models.load(str(starts[sh]), dtype=torch.float32, device=device)
-        start_evals[sh] = evaluate_split(m, tok, "validation", "tags", n_traps=n_traps, n_answerable=n_answerable)
-        del m
-        print(f"start share {sh:g} on validation:", json.dumps({k: start_evals[sh][k]["rate"] for k in
-              ("abstention", "false_abstention", "answerable_accuracy")}), flush=True)
-    if device == "cuda":
-        torch.cuda.empty_cache()
-    stop_at = t_start + budget_s - reserve_s
-    runnable = [rc for rc in grid if float(rc.get("sft_abstain_share", 0.0)) in sft_by]
-    jobs = [arm_job(Path(logs) / f"select_{recipe_name(rc)}.json", starts[float(rc.get("sft_abstain_share", 0.0))],
-                    arm, seed, save_dir / f"select_{recipe_name(rc)}", stop_at, rc.get("rewards"), n_traps, n_answerable,
-                    max_parallel or len(runnable), {**arm_kw, "beta": rc.get("beta", 0.0)})
-            for rc in runnable]
-    t0 = time.time()
-    runs, run_errors = run_bounded(jobs, max_parallel or len(jobs)) if jobs else ([], [])
-    errors += run_errors
-    timing["runs_s"] = time.time() - t0
-    rows = []
-    for rc in runnable:
-        name = recipe_name(rc)
-        run = next((r for r in runs if Path(str(r.get("saved_to", ""))).name == f"select_{name}"), None)
-        sh = float(rc.get("sft_abstain_share", 0.0))
-        row = {"name": name, "recipe": rc, "start_abstention": start_evals[sh]["abstention"]["rate"],
-               "start_answerable_accuracy": start_evals[sh]["answerable_accuracy"]["rate"], "ran": run is not None}
-        if run:
-            a = run["after"]
-            row.update(abstention=a["abstention"]["rate"], false_abstention=a["false_abstention"]["rate"],
-                       answerable_accuracy=a["answerable_accuracy"]["rate"], degenerate=a["degenerate"],
-                       steps=run["steps"], score=recipe_score(a, start_evals[sh]))
-        rows.append(row)
-    scored = [r for r in rows if r.get("score") is not None]
-    if not scored:
-        raise NothingSucceeded(f"no recipe ran to a non-degenerate policy; {out} left as it was:\n" + "\n".join(errors))
-    best = max(scored, key=lambda r: r["score"])
-    sh = float(best["recipe"].get("sft_abstain_share", 0.0))
-    choice = {"recipe": best["recipe"], "name": best["name"], "score": best["score"], "start": str(starts[sh]),
-              "sft_start": sft_by[sh], "selection_file": str(out)}
-    renv = results.environment()
-    src = "t4lib.train.grpo.honesty_select"
-    figs = [results.figure(f"grpo/{Path(str(model_id)).name}/select/{r['name']}/score", r["score"], "score",
-                           "ARITHMETIC", src, env=renv, split="validation", arm=arm, seed=seed,
-                           note="abstention - 2 false abstention - 2 accuracy lost, validation, one seed"
-                                + ("; the chosen recipe" if r is best else ""))
-            for r in scored]
-    timing["total_s"] = time.time() - t_start
-    results.write(out, figs, producer=__file__, model=model_id, split="validation", arm=arm, seed=seed, rows=rows,
-                  chosen=choice, start_evals={f"{k:g}": v for k, v in start_evals.items()},
-                  sft_starts={f"{k:g}": v for k, v in sft_by.items()}, settings=dict(arm_kw), timing=timing,
-                  runs=[{k: v for k, v in r.items() if k != "curves"} for r in runs], errors=errors)
-    print(f"chose {best['name']} (score {best['score']:.3f}) on validation; wrote {out}", flush=True)
-    return choice
-
-
-def recipe_from(path) -> dict:
-    """The choice recorded by :func:`honesty_select` in ``path``: ValueError naming ``--recipe-from`` when the
-    file holds none or its start checkpoint is gone."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        raise ValueError(f"recipe_from: cannot read a selection record at {str(path)!r} ({e})") from None
-    ch = doc.get("chosen") if isinstance(doc, dict) else None
-    if not isinstance(ch, dict) or "recipe" not in ch:
-        raise ValueError(f"recipe_from: {str(path)!r} holds no chosen recipe")
-    if not Path(ch["start"]).is_dir():
-        raise ValueError(f"recipe_from: the chosen start {ch['start']!r} is not a saved checkpoint directory")
-    return ch
 
 
 #: the curves of a honesty sweep worth plotting, per step (TRL's names where TRL logs them)
 HONESTY_CURVES = ("reward", "honesty/trap_abstention", "honesty/false_abstention", "honesty/answerable_correct",
                   "frac_reward_zero_std", "sampling/sampling_logp_difference/mean",
-                  "sampling/importance_sampling_ratio/mean", "memory/peak_bytes", "memory/reserved_bytes")
+                  "sampling/importance_sampling_ratio/mean", "memory/peak_bytes")
 
 
 def honesty_table(doc: dict) -> list[dict]:
@@ -1434,55 +1241,14 @@ def main(argv=None):
     a4.add_argument("--sft-epochs", type=float, default=SFT_START["epochs"])
     a4.add_argument("--sft-max-steps", type=int, default=-1, help="> 0: that many SFT steps instead of epochs")
     a4.add_argument("--no-drift", action="store_true")
-    a4.add_argument("--max-parallel", type=int, default=None, help="at most N runs at a time (default: all)")
-    a4.add_argument("--sft-abstain-share", type=float, default=0.0,
-                    help="share of abstentions on training traps in the SFT start (default 0: none)")
-    a4.add_argument("--recipe-from", default=None,
-                    help="a honesty-select record: its chosen start, abstention share, beta and rewards")
-    a6 = sub.add_parser("honesty-select", help="choose the recipe on validation: SFT starts and one GRPO run "
-                                               "per recipe of the grid, ranked by a fixed score")
-    _honesty_options(a6, True)
-    a6.add_argument("--model", default=SWEEP_MODEL)
-    a6.add_argument("--arm", default="cp_hybrid")
-    a6.add_argument("--seed", type=int, default=0)
-    a6.add_argument("--save-dir", default=None)
-    a6.add_argument("--logs", default="/tmp/t4lib_grpo_select_logs")
-    a6.add_argument("--budget-s", type=float, default=540.0)
-    a6.add_argument("--reserve-s", type=float, default=60.0)
-    a6.add_argument("--max-parallel", type=int, default=None)
-    a6.add_argument("--sft-epochs", type=float, default=SFT_START["epochs"])
-    a6.set_defaults(split="validation")
-    a7 = sub.add_parser("sft-start", help="the cold-start SFT checkpoint a honesty sweep starts from")
-    a7.add_argument("--model", default=SWEEP_MODEL)
-    a7.add_argument("--abstain-share", type=float, default=0.0)
-    a7.add_argument("--epochs", type=float, default=SFT_START["epochs"])
-    a7.add_argument("--save-to", required=True)
-    a7.add_argument("--out", required=True)
     a5 = sub.add_parser("honesty-arm", help="one GRPO run of the honesty sweep (the sweep starts these)")
     _honesty_options(a5, False)
     a5.add_argument("--arm", default="cp_hybrid")
     a5.add_argument("--seed", type=int, default=0)
     a5.add_argument("--save-to", default=None)
     a5.add_argument("--stop-at", type=float, default=None, help="unix time after which training stops")
-    a5.add_argument("--memory-fraction", type=float, default=None,
-                    help="cap this process's CUDA caching allocator at that share of the device")
     a = ap.parse_args(argv)
     _check_args(ap, a)
-    if a.cmd == "sft-start":
-        rec = make_sft_start(a.model, a.save_to, epochs=a.epochs, abstain_share=a.abstain_share)
-        results.write_json(a.out, rec, default=str)
-        return 0
-    if a.cmd == "honesty-select":
-        try:
-            honesty_select(a.out, model_id=a.model, arm=a.arm, seed=a.seed, save_dir=a.save_dir, logs=a.logs,
-                           budget_s=a.budget_s, reserve_s=a.reserve_s, max_parallel=a.max_parallel,
-                           sft_epochs=a.sft_epochs, max_steps=a.max_steps, prompts_per_step=a.prompts_per_step,
-                           num_generations=a.num_generations, max_completion_length=a.max_completion_length,
-                           learning_rate=a.learning_rate, temperature=a.temperature, trap_fraction=a.trap_fraction)
-        except NothingSucceeded as e:
-            print(e, file=sys.stderr)
-            return 1
-        return 0
     if a.cmd in ("honesty-sweep", "honesty-arm"):
         kw = dict(max_steps=a.max_steps, prompts_per_step=a.prompts_per_step, num_generations=a.num_generations,
                   max_completion_length=a.max_completion_length, learning_rate=a.learning_rate,
@@ -1491,21 +1257,14 @@ def main(argv=None):
         if a.cmd == "honesty-arm":
             rec = run_honesty_arm(a.start, a.arm, a.seed, rewards=rewards, n_traps=a.n_traps,
                                   n_answerable=a.n_answerable, save_to=a.save_to, stop_at=a.stop_at,
-                                  engine_kwargs={"compile": False}, memory_fraction=a.memory_fraction, **kw)
+                                  engine_kwargs={"compile": False}, **kw)
             results.write_json(a.out, rec, default=str)
             return 0
-        start, share, recipe = a.start, a.sft_abstain_share, None
-        if a.recipe_from:
-            recipe = recipe_from(a.recipe_from)
-            start, share = recipe["start"], recipe["recipe"].get("sft_abstain_share", 0.0)
-            rewards = recipe["recipe"].get("rewards") or {}
-            kw["beta"] = recipe["recipe"].get("beta", 0.0)
         try:
-            summ = honesty_sweep(a.out, model_id=a.model, arms=tuple(a.arms), seeds=tuple(a.seeds), start=start,
+            summ = honesty_sweep(a.out, model_id=a.model, arms=tuple(a.arms), seeds=tuple(a.seeds), start=a.start,
                                  save_dir=a.save_dir, logs=a.logs, budget_s=a.budget_s, reserve_s=a.reserve_s,
                                  sft_epochs=a.sft_epochs, sft_max_steps=a.sft_max_steps, n_traps=a.n_traps,
-                                 n_answerable=a.n_answerable, drift=not a.no_drift, rewards=rewards,
-                                 sft_abstain_share=share, max_parallel=a.max_parallel, recipe=recipe, **kw)
+                                 n_answerable=a.n_answerable, drift=not a.no_drift, rewards=rewards, **kw)
         except NothingSucceeded as e:
             print(e, file=sys.stderr)
             return 1
@@ -1538,8 +1297,7 @@ _FLAGS = {"steps": "--steps", "prompts_per_step": "--prompts-per-step", "learnin
           "seed": "--seed(s)", "split": "--split", "trap_fraction": "--trap-fraction", "start": "--start",
           "num_generations": "--num_generations", "max_completion_length": "--max_completion_length",
           "temperature": "--temperature", "beta": "--beta", "n_traps": "--n-traps", "n_answerable": "--n-answerable",
-          "reward": "--reward", "abstain_share": "--(sft-)abstain-share", "max_parallel": "--max-parallel",
-          "recipe_from:": "--recipe-from"}
+          "reward": "--reward"}
 
 
 def _check_args(ap, a) -> None:
@@ -1558,26 +1316,6 @@ def _check_args(ap, a) -> None:
             for flag, values in (("--arms", a.arms), ("--seeds", a.seeds)):
                 if len(set(values)) != len(values):  # a repeat would run twice onto the same log and record
                     raise ValueError(f"{flag} repeats a value: {values}")
-            results.check_writable(a.logs, "--logs", directory=True)
-        elif a.cmd == "sft-start":
-            check_abstain_share(a.abstain_share)
-            if not (a.epochs > 0):
-                raise ValueError(f"--epochs must be > 0, got {a.epochs}")
-            results.check_writable(a.save_to, "--save-to", directory=True)
-        elif a.cmd == "honesty-select":
-            check_honesty_args(arms=[a.arm], seeds=[a.seed], max_steps=a.max_steps,
-                               prompts_per_step=a.prompts_per_step, num_generations=a.num_generations,
-                               max_completion_length=a.max_completion_length, learning_rate=a.learning_rate,
-                               temperature=a.temperature, trap_fraction=a.trap_fraction)
-            if a.split != "validation":
-                raise ValueError(f"split: a recipe is chosen on validation only, got {a.split!r}")
-            if a.reward or a.beta or a.start or a.n_traps or a.n_answerable:
-                raise ValueError("recipe: the grid (RECIPE_GRID) sets the start, beta and rewards, and every run is "
-                                 "evaluated on the whole validation split; drop --start, --beta, --reward, --n-*")
-            if a.max_parallel is not None:
-                _positive_int("--max-parallel", a.max_parallel)
-            if not (a.budget_s > a.reserve_s >= 0):
-                raise ValueError(f"--budget-s must exceed --reserve-s >= 0, got {a.budget_s} and {a.reserve_s}")
             results.check_writable(a.logs, "--logs", directory=True)
         elif a.cmd in ("honesty-sweep", "honesty-arm"):
             arms = a.arms if a.cmd == "honesty-sweep" else [a.arm]
@@ -1600,14 +1338,6 @@ def _check_args(ap, a) -> None:
                     raise ValueError(f"--budget-s must exceed --reserve-s >= 0, got {a.budget_s} and {a.reserve_s}")
                 if not (a.sft_epochs > 0):
                     raise ValueError(f"--sft-epochs must be > 0, got {a.sft_epochs}")
-                if a.max_parallel is not None:
-                    _positive_int("--max-parallel", a.max_parallel)
-                check_abstain_share(a.sft_abstain_share)
-                if a.recipe_from:
-                    if a.start is not None or a.reward or a.sft_abstain_share:
-                        raise ValueError("recipe_from: takes the start, rewards and abstention share from the "
-                                         "selection record; drop --start, --reward and --sft-abstain-share")
-                    recipe_from(a.recipe_from)
                 results.check_writable(a.logs, "--logs", directory=True)
         results.check_writable(a.out, "--out")
     except ValueError as e:

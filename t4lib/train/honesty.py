@@ -102,29 +102,6 @@ def rl_records(n: int, seed: int = RL_SEED, trap_fraction: float = 0.5) -> list[
     return out
 
 
-#: the seed of the few abstentions an SFT start may be given (its own stream: no RL prompt repeats one)
-SFT_ABSTAIN_SEED = 7002
-
-
-def sft_abstain_records(n: int, seed: int = SFT_ABSTAIN_SEED) -> list[dict]:
-    """``n`` SFT records of traps from the generator's training split whose whole trace is ``<abstain>``
-    (``trace`` and ``answer`` both the tag; :func:`t4lib.train.data.traces_dataset` takes them): the few
-    abstentions that give a start which answers nearly everything a non-zero chance to abstain, so GRPO's
-    groups on traps can differ at all. Deterministic in ``seed``; the structures and trap kinds cycle."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n must be a positive int, got {n!r}")
-    r = random.Random(procedural.check_seed(seed) * 7919 + 13)
-    structures = [s for s in procedural.STRUCTURES if s != "lin"]
-    out = []
-    for i in range(n):
-        doc = procedural.render_problem(r, "train", structures[i % len(structures)],
-                                        trap=procedural.TRAPS[i % len(procedural.TRAPS)])
-        out.append(dict(id=f"open-abstain-{i:05d}", question=doc.question, trace=schema.ABSTAIN_TAG,
-                        answer=schema.ABSTAIN_TAG, trap=True, trap_kind=doc.trap, structure=doc.structure,
-                        n_steps=0))
-    return out
-
-
 def rl_dataset(tokenizer, n: int, seed: int = RL_SEED, trap_fraction: float = 0.5, fmt: str = "tags",
                shuffle_seed: int = 0):
     """A ``datasets.Dataset`` of :func:`rl_records` (columns ``prompt`` (:func:`prompt_for`), ``target``,
