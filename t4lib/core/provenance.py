@@ -46,7 +46,9 @@ _FP = re.compile(r"[0-9a-f]{16}")
 
 
 def git_commit(repo: Path = REPO) -> tuple[str, bool]:
-    """(commit, dirty) of the checkout: dirty when a tracked file differs from the commit. A tree shipped to a
+    """(commit, dirty) of the checkout: dirty when a tracked file other than an output (``results/``, the README
+    whose table is generated from them) differs from the commit, so that writing one record does not make the next
+    one dirty. A tree shipped to a
     GPU machine carries no ``.git``: there ``$T4LIB_COMMIT`` names the commit and ``$T4LIB_DIRTY`` (``0``/``1``)
     whether the shipped tree differed from it, both set by whoever shipped it. Without either,
     ("unknown", True): a tree nobody can tie to a commit is never called clean."""
@@ -59,7 +61,8 @@ def git_commit(repo: Path = REPO) -> tuple[str, bool]:
         return os.environ["T4LIB_COMMIT"], flag == "1"
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=30)
-        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=repo,
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                 ":(exclude)results", ":(exclude)README.md"], cwd=repo,
                                 capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return "unknown", True
